@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# nvme_rsrdma: out-of-tree build and the project's entry points.
+#
+#   make            build nvme_rsrdma.ko (against KDIR, or the project's cached guest kernel)
+#   make run        the main job: boot the guest, bring up rxe + nvmet-rdma, load the module,
+#                   connect with rsrdma, do real I/O and print the module's dmesg trace
+#   make test       host unit tests + the KTAP suite in the guest; exits non-zero on failure
+#   make bench      side-by-side benchmark against the C nvme-rdma
+#   make install    modules_install + depmod (INSTALL_MOD_PATH honoured)
+#
+# KDIR=/path/to/a/CONFIG_RUST/6.12/tree uses your own kernel tree instead of the cached one.
+# KERNEL=debug selects the debug (KASAN, lockdep, kmemleak) flavour of the cached kernel.
+
+KERNEL ?= default
+RSRDMA_WERROR ?= 1
+export KERNEL
+
+# The kernel's Rust needs the distribution rustc with its core sources, not rustup's.
+RUSTC ?= /usr/bin/rustc
+ifeq ($(origin RUSTC),default)
+RUSTC := /usr/bin/rustc
+endif
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+ifeq ($(KDIR),)
+KDIR_CMD = scripts/kernel.sh $(KERNEL)
+else
+KDIR_CMD = scripts/check-kdir.sh $(KDIR)
+endif
+
+MAKE_FLAGS_debug = LLVM=1
+
+.PHONY: all modules deps kernel run test check bench install clean
+all: modules
+
+deps:
+	scripts/deps.sh
+
+kernel: deps
+	$(KDIR_CMD)
+
+modules: $(if $(KDIR),,deps)
+	@kdir=$$($(KDIR_CMD)) && \
+	$(MAKE) -C "$$kdir" M=$(CURDIR) RUSTC=$(RUSTC) BINDGEN=bindgen \
+		$(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL))) RSRDMA_WERROR=$(RSRDMA_WERROR) modules
+
+check:
+	cargo test -q --manifest-path tests/host/Cargo.toml
+
+run: modules
+	scripts/run.sh
+
+test: modules
+	tests/run.sh
+
+bench: modules
+	scripts/bench.sh
+
+install: modules
+	@kdir=$$($(KDIR_CMD)) && \
+	$(MAKE) -C "$$kdir" M=$(CURDIR) RUSTC=$(RUSTC) BINDGEN=bindgen modules_install && \
+	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) \
+		$$($(MAKE) -s -C "$$kdir" kernelrelease)
+
+clean:
+	@kdir=$$($(KDIR_CMD) 2>/dev/null) && [ -n "$$kdir" ] && \
+	$(MAKE) -C "$$kdir" M=$(CURDIR) clean || true
+	rm -rf tests/host/target

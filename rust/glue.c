@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * C glue of nvme_rsrdma. See glue.h: module parameters, log and dynamic debug call sites, and
+ * thin wrappers for static inline functions and macros. The transport itself is Rust.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/gfp.h>
+#include <linux/highmem.h>
+#include <linux/module.h>
+#include <linux/scatterlist.h>
+#include <net/net_namespace.h>
+
+#include "nvme.h"
+#include "fabrics.h"
+#include "glue.h"
+
+bool rsrdma_dropin;
+module_param_named(dropin, rsrdma_dropin, bool, 0444);
+MODULE_PARM_DESC(dropin,
+		 "Register the transport as \"rdma\" instead of \"rsrdma\" (the C nvme-rdma must not be loaded)");
+
+unsigned int rsrdma_slot_kib = 16;
+module_param_named(slot_kib, rsrdma_slot_kib, uint, 0444);
+MODULE_PARM_DESC(slot_kib,
+		 "Per-tag pool slot in KiB: I/O up to this size uses its tag's slot, no allocation (default 16)");
+
+unsigned int rsrdma_io_pool_mib = 8;
+module_param_named(io_pool_mib, rsrdma_io_pool_mib, uint, 0444);
+MODULE_PARM_DESC(io_pool_mib,
+		 "Pool area in MiB per I/O queue for I/O larger than a slot, at least 4 (default 8)");
+
+/* Logging ------------------------------------------------------------------------------- */
+
+void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const void *args)
+{
+	switch (level) {
+	case RSRDMA_LOG_ERR:
+		if (ctrl)
+			dev_err(ctrl->device, "%pA\n", args);
+		else
+			pr_err("%pA\n", args);
+		break;
+	case RSRDMA_LOG_WARN:
+		if (ctrl)
+			dev_warn(ctrl->device, "%pA\n", args);
+		else
+			pr_warn("%pA\n", args);
+		break;
+	default:
+		if (ctrl)
+			dev_info(ctrl->device, "%pA\n", args);
+		else
+			pr_info("%pA\n", args);
+		break;
+	}
+}
+
+#define RSRDMA_DBG_CLASS(class)							\
+void rsrdma_dbg_##class(const struct nvme_ctrl *ctrl, const void *args)	\
+{										\
+	if (ctrl)								\
+		dev_dbg(ctrl->device, #class ": %pA\n", args);			\
+	else									\
+		pr_debug(#class ": %pA\n", args);					\
+}
+
+RSRDMA_DBG_CLASS(cm)
+RSRDMA_DBG_CLASS(queue)
+RSRDMA_DBG_CLASS(pool)
+RSRDMA_DBG_CLASS(io)
+RSRDMA_DBG_CLASS(recovery)
+
+/* blk-mq and NVMe core ------------------------------------------------------------------- */
+
+void *rsrdma_rq_pdu(struct request *rq)
+{
+	return blk_mq_rq_to_pdu(rq);
+}
+
+struct request *rsrdma_rq_from_pdu(void *pdu)
+{
+	return blk_mq_rq_from_pdu(pdu);
+}
+
+unsigned int rsrdma_rq_payload_bytes(struct request *rq)
+{
+	return blk_rq_payload_bytes(rq);
+}
+
+bool rsrdma_rq_is_write(struct request *rq)
+{
+	return rq_data_dir(rq) == WRITE;
+}
+
+unsigned short rsrdma_rq_nr_phys_segments(struct request *rq)
+{
+	return blk_rq_nr_phys_segments(rq);
+}
+
+/*
+ * Call @fn for each data segment of @rq, mapped into the kernel address space for the call.
+ * Stops at the first non-zero return and returns it.
+ */
+int rsrdma_rq_for_each_segment(struct request *rq,
+			       int (*fn)(void *ctx, void *va, unsigned int len), void *ctx)
+{
+	struct req_iterator iter;
+	struct bio_vec bv;
+	int ret = 0;
+
+	if (rq->rq_flags & RQF_SPECIAL_PAYLOAD) {
+		void *va = bvec_kmap_local(&rq->special_vec);
+
+		ret = fn(ctx, va, rq->special_vec.bv_len);
+		kunmap_local(va);
+		return ret;
+	}
+
+	rq_for_each_segment(bv, rq, iter) {
+		void *va = bvec_kmap_local(&bv);
+
+		ret = fn(ctx, va, bv.bv_len);
+		kunmap_local(va);
+		if (ret)
+			break;
+	}
+	return ret;
+}
+
+u16 rsrdma_nvme_cid(struct request *rq)
+{
+	return nvme_cid(rq);
+}
+
+struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id)
+{
+	return nvme_find_rq(tags, command_id);
+}
+
+bool rsrdma_nvme_try_complete_req(struct request *rq, __le16 status, __le64 result)
+{
+	union nvme_result res = { .u64 = result };
+
+	return nvme_try_complete_req(rq, status, res);
+}
+
+bool rsrdma_nvme_check_ready(struct nvme_ctrl *ctrl, struct request *rq, bool queue_live)
+{
+	return nvme_check_ready(ctrl, rq, queue_live);
+}
+
+void rsrdma_nvme_start_request(struct request *rq)
+{
+	nvme_start_request(rq);
+}
+
+int rsrdma_nvme_ctrl_state(struct nvme_ctrl *ctrl)
+{
+	return nvme_ctrl_state(ctrl);
+}
+
+void rsrdma_nvme_get_ctrl(struct nvme_ctrl *ctrl)
+{
+	nvme_get_ctrl(ctrl);
+}
+
+void rsrdma_nvme_put_ctrl(struct nvme_ctrl *ctrl)
+{
+	nvme_put_ctrl(ctrl);
+}
+
+const char *rsrdma_nvmf_ctrl_subsysnqn(struct nvme_ctrl *ctrl)
+{
+	return nvmf_ctrl_subsysnqn(ctrl);
+}
+
+void rsrdma_nvmf_complete_timed_out_request(struct request *rq)
+{
+	nvmf_complete_timed_out_request(rq);
+}
+
+/* RDMA CM and verbs ---------------------------------------------------------------------- */
+
+struct rdma_cm_id *rsrdma_create_id(rdma_cm_event_handler handler, void *context)
+{
+	return rdma_create_id(&init_net, handler, context, RDMA_PS_TCP, IB_QPT_RC);
+}
+
+struct ib_pd *rsrdma_alloc_pd(struct ib_device *dev)
+{
+	return ib_alloc_pd(dev, 0);
+}
+
+void rsrdma_dealloc_pd(struct ib_pd *pd)
+{
+	ib_dealloc_pd(pd);
+}
+
+struct ib_cq *rsrdma_alloc_cq(struct ib_device *dev, void *priv, int nr_cqe, int comp_vector,
+			      enum ib_poll_context poll_ctx)
+{
+	return ib_alloc_cq(dev, priv, nr_cqe, comp_vector, poll_ctx);
+}
+
+int rsrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr)
+{
+	return ib_post_send(qp, wr, NULL);
+}
+
+int rsrdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr)
+{
+	return ib_post_recv(qp, wr, NULL);
+}
+
+int rsrdma_dereg_mr(struct ib_mr *mr)
+{
+	return ib_dereg_mr(mr);
+}
+
+u32 rsrdma_inc_rkey(u32 rkey)
+{
+	return ib_inc_rkey(rkey);
+}
+
+void rsrdma_update_fast_reg_key(struct ib_mr *mr, u8 newkey)
+{
+	ib_update_fast_reg_key(mr, newkey);
+}
+
+int rsrdma_ibdev_to_node(struct ib_device *dev)
+{
+	return ibdev_to_node(dev);
+}
+
+const char *rsrdma_ibdev_name(struct ib_device *dev)
+{
+	return dev_name(&dev->dev);
+}
+
+u64 rsrdma_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
+			  enum dma_data_direction dir)
+{
+	return ib_dma_map_single(dev, cpu_addr, size, dir);
+}
+
+int rsrdma_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
+{
+	return ib_dma_mapping_error(dev, dma_addr);
+}
+
+void rsrdma_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
+			     enum dma_data_direction dir)
+{
+	ib_dma_unmap_single(dev, addr, size, dir);
+}
+
+void rsrdma_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t size,
+			     enum dma_data_direction dir)
+{
+	ib_dma_sync_single_for_cpu(dev, addr, size, dir);
+}
+
+void rsrdma_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t size,
+				enum dma_data_direction dir)
+{
+	ib_dma_sync_single_for_device(dev, addr, size, dir);
+}
+
+int rsrdma_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+		      enum dma_data_direction dir)
+{
+	return ib_dma_map_sg(dev, sg, nents, dir);
+}
+
+void rsrdma_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+			 enum dma_data_direction dir)
+{
+	ib_dma_unmap_sg(dev, sg, nents, dir);
+}
+
+void rsrdma_dma_sync_sg_for_cpu(struct ib_device *dev, struct scatterlist *sg, int nents,
+				enum dma_data_direction dir)
+{
+	if (!ib_uses_virt_dma(dev))
+		dma_sync_sg_for_cpu(dev->dma_device, sg, nents, dir);
+}
+
+void rsrdma_dma_sync_sg_for_device(struct ib_device *dev, struct scatterlist *sg, int nents,
+				   enum dma_data_direction dir)
+{
+	if (!ib_uses_virt_dma(dev))
+		dma_sync_sg_for_device(dev->dma_device, sg, nents, dir);
+}
+
+void rsrdma_sg_set_buf(struct scatterlist *sg, const void *buf, unsigned int len)
+{
+	sg_set_buf(sg, buf, len);
+}
+
+struct scatterlist *rsrdma_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
+}
+
+/* Memory, work items, completions -------------------------------------------------------- */
+
+void *rsrdma_alloc_chunk(unsigned int order, int node)
+{
+	struct page *page;
+
+	page = alloc_pages_node(node, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN | __GFP_COMP, order);
+	return page ? page_address(page) : NULL;
+}
+
+void rsrdma_free_chunk(void *addr, unsigned int order)
+{
+	free_pages((unsigned long)addr, order);
+}
+
+#ifdef CONFIG_LOCKDEP
+static struct lock_class_key rsrdma_work_keys[RSRDMA_WORK_NR_CLASSES];
+static const char *const rsrdma_work_names[RSRDMA_WORK_NR_CLASSES] = {
+	[RSRDMA_WORK_ERROR_RECOVERY] = "(work_completion)rsrdma_error_recovery",
+	[RSRDMA_WORK_RESET] = "(work_completion)rsrdma_reset",
+	[RSRDMA_WORK_RECONNECT] = "(work_completion)rsrdma_reconnect",
+};
+#endif
+
+void rsrdma_init_work(struct work_struct *work, work_func_t fn, enum rsrdma_work_class class)
+{
+	if (WARN_ON_ONCE(class >= RSRDMA_WORK_NR_CLASSES))
+		class = RSRDMA_WORK_ERROR_RECOVERY;
+	__init_work(work, 0);
+	work->data = (atomic_long_t)WORK_DATA_INIT();
+#ifdef CONFIG_LOCKDEP
+	lockdep_init_map(&work->lockdep_map, rsrdma_work_names[class], &rsrdma_work_keys[class], 0);
+#endif
+	INIT_LIST_HEAD(&work->entry);
+	work->func = fn;
+}
+
+void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn,
+			      enum rsrdma_work_class class)
+{
+	rsrdma_init_work(&dwork->work, fn, class);
+	__init_timer(&dwork->timer, delayed_work_timer_fn, TIMER_IRQSAFE);
+}
+
+bool rsrdma_queue_work(struct workqueue_struct *wq, struct work_struct *work)
+{
+	return queue_work(wq, work);
+}
+
+bool rsrdma_queue_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
+			       unsigned int delay_ms)
+{
+	return queue_delayed_work(wq, dwork, msecs_to_jiffies(delay_ms));
+}
+
+void rsrdma_init_completion(struct completion *c)
+{
+	init_completion(c);
+}
+
+void rsrdma_reinit_completion(struct completion *c)
+{
+	reinit_completion(c);
+}
+
+long rsrdma_wait_for_completion_ms(struct completion *c, unsigned int timeout_ms)
+{
+	return wait_for_completion_timeout(c, msecs_to_jiffies(timeout_ms));
+}

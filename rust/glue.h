@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * C glue of nvme_rsrdma: what the Rust side cannot express in 6.12.
+ *
+ * - module parameters (6.12's Rust module! has none);
+ * - dynamic debug and device-prefixed log call sites (6.12's pr_debug! is compiled out); the
+ *   Rust side passes a `core::fmt::Arguments` printed with %pA;
+ * - wrappers for static inline functions and function-like macros of the NVMe, blk-mq and
+ *   RDMA headers.
+ *
+ * Nothing here has transport logic.
+ */
+#ifndef RSRDMA_GLUE_H
+#define RSRDMA_GLUE_H
+
+#include <linux/blk-mq.h>
+#include <linux/completion.h>
+#include <linux/workqueue.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/rdma_cm.h>
+
+struct nvme_ctrl;
+
+/* Module parameters. */
+extern bool rsrdma_dropin;
+extern unsigned int rsrdma_slot_kib;
+extern unsigned int rsrdma_io_pool_mib;
+
+/* Logging. level is one of the RSRDMA_LOG_* values; ctrl may be NULL. */
+enum rsrdma_log_level {
+	RSRDMA_LOG_ERR,
+	RSRDMA_LOG_WARN,
+	RSRDMA_LOG_INFO,
+};
+void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const void *args);
+
+/* Dynamic debug classes, one call site each: enable with e.g. "func rsrdma_dbg_cm +p". */
+void rsrdma_dbg_cm(const struct nvme_ctrl *ctrl, const void *args);
+void rsrdma_dbg_queue(const struct nvme_ctrl *ctrl, const void *args);
+void rsrdma_dbg_pool(const struct nvme_ctrl *ctrl, const void *args);
+void rsrdma_dbg_io(const struct nvme_ctrl *ctrl, const void *args);
+void rsrdma_dbg_recovery(const struct nvme_ctrl *ctrl, const void *args);
+
+/* blk-mq and NVMe core inlines. */
+void *rsrdma_rq_pdu(struct request *rq);
+struct request *rsrdma_rq_from_pdu(void *pdu);
+unsigned int rsrdma_rq_payload_bytes(struct request *rq);
+bool rsrdma_rq_is_write(struct request *rq);
+unsigned short rsrdma_rq_nr_phys_segments(struct request *rq);
+int rsrdma_rq_for_each_segment(struct request *rq,
+			       int (*fn)(void *ctx, void *va, unsigned int len), void *ctx);
+u16 rsrdma_nvme_cid(struct request *rq);
+struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id);
+bool rsrdma_nvme_try_complete_req(struct request *rq, __le16 status, __le64 result);
+bool rsrdma_nvme_check_ready(struct nvme_ctrl *ctrl, struct request *rq, bool queue_live);
+void rsrdma_nvme_start_request(struct request *rq);
+int rsrdma_nvme_ctrl_state(struct nvme_ctrl *ctrl);
+void rsrdma_nvme_get_ctrl(struct nvme_ctrl *ctrl);
+void rsrdma_nvme_put_ctrl(struct nvme_ctrl *ctrl);
+const char *rsrdma_nvmf_ctrl_subsysnqn(struct nvme_ctrl *ctrl);
+void rsrdma_nvmf_complete_timed_out_request(struct request *rq);
+
+/* RDMA CM and verbs macros and inlines. */
+struct rdma_cm_id *rsrdma_create_id(rdma_cm_event_handler handler, void *context);
+struct ib_pd *rsrdma_alloc_pd(struct ib_device *dev);
+void rsrdma_dealloc_pd(struct ib_pd *pd);
+struct ib_cq *rsrdma_alloc_cq(struct ib_device *dev, void *priv, int nr_cqe, int comp_vector,
+			      enum ib_poll_context poll_ctx);
+int rsrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
+int rsrdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr);
+int rsrdma_dereg_mr(struct ib_mr *mr);
+u32 rsrdma_inc_rkey(u32 rkey);
+void rsrdma_update_fast_reg_key(struct ib_mr *mr, u8 newkey);
+int rsrdma_ibdev_to_node(struct ib_device *dev);
+const char *rsrdma_ibdev_name(struct ib_device *dev);
+u64 rsrdma_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
+			  enum dma_data_direction dir);
+int rsrdma_dma_mapping_error(struct ib_device *dev, u64 dma_addr);
+void rsrdma_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
+			     enum dma_data_direction dir);
+void rsrdma_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t size,
+			     enum dma_data_direction dir);
+void rsrdma_dma_sync_for_device(struct ib_device *dev, u64 addr, size_t size,
+				enum dma_data_direction dir);
+int rsrdma_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+		      enum dma_data_direction dir);
+void rsrdma_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+			 enum dma_data_direction dir);
+void rsrdma_dma_sync_sg_for_cpu(struct ib_device *dev, struct scatterlist *sg, int nents,
+				enum dma_data_direction dir);
+void rsrdma_dma_sync_sg_for_device(struct ib_device *dev, struct scatterlist *sg, int nents,
+				   enum dma_data_direction dir);
+void rsrdma_sg_set_buf(struct scatterlist *sg, const void *buf, unsigned int len);
+struct scatterlist *rsrdma_sg_next(struct scatterlist *sg);
+
+/* Memory, work items, completions. */
+void *rsrdma_alloc_chunk(unsigned int order, int node);
+void rsrdma_free_chunk(void *addr, unsigned int order);
+/*
+ * Work items of a controller. Each kind gets its own lockdep class, as INIT_WORK at distinct
+ * call sites would, so flushing one kind from another is not reported as recursion.
+ */
+enum rsrdma_work_class {
+	RSRDMA_WORK_ERROR_RECOVERY,
+	RSRDMA_WORK_RESET,
+	RSRDMA_WORK_RECONNECT,
+	RSRDMA_WORK_NR_CLASSES,
+};
+void rsrdma_init_work(struct work_struct *work, work_func_t fn, enum rsrdma_work_class class);
+void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn,
+			      enum rsrdma_work_class class);
+bool rsrdma_queue_work(struct workqueue_struct *wq, struct work_struct *work);
+bool rsrdma_queue_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
+			       unsigned int delay_ms);
+void rsrdma_init_completion(struct completion *c);
+void rsrdma_reinit_completion(struct completion *c);
+long rsrdma_wait_for_completion_ms(struct completion *c, unsigned int timeout_ms);
+
+#endif /* RSRDMA_GLUE_H */

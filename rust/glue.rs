@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Safe access to the C glue: log lines, dynamic debug classes and module parameters.
+
+use crate::bindings;
+use core::fmt;
+
+/// Severity of a log line.
+#[derive(Clone, Copy)]
+pub(crate) enum Level {
+    Err,
+    Warn,
+    Info,
+}
+
+/// Dynamic debug classes. Each is one `pr_debug` call site in the glue, so it can be enabled
+/// on its own: `echo 'module nvme_rsrdma func rsrdma_dbg_cm +p' > .../dynamic_debug/control`.
+#[derive(Clone, Copy)]
+pub(crate) enum DebugClass {
+    /// RDMA CM events of each queue.
+    Cm,
+    /// Queue set-up and teardown.
+    Queue,
+    /// Buffer pool registration, RKEYs, invalidation.
+    Pool,
+    /// Per-command SGL publication and completion.
+    Io,
+    /// Error recovery and reconnect decisions.
+    Recovery,
+}
+
+/// Prints a log line, prefixed with the controller's device name when there is one.
+pub(crate) fn log(ctrl: *const bindings::nvme_ctrl, level: Level, args: fmt::Arguments<'_>) {
+    let level = match level {
+        Level::Err => bindings::rsrdma_log_level_RSRDMA_LOG_ERR,
+        Level::Warn => bindings::rsrdma_log_level_RSRDMA_LOG_WARN,
+        Level::Info => bindings::rsrdma_log_level_RSRDMA_LOG_INFO,
+    };
+    // SAFETY: `args` outlives the call and is printed by the glue with `%pA`, which expects a
+    // pointer to `fmt::Arguments`. `ctrl` is null or a controller the caller keeps alive.
+    unsafe { bindings::rsrdma_log(ctrl, level, (&args as *const fmt::Arguments<'_>).cast()) };
+}
+
+/// Emits a debug line through the dynamic debug call site of `class`. Formatting only happens
+/// when that call site is enabled.
+pub(crate) fn debug(ctrl: *const bindings::nvme_ctrl, class: DebugClass, args: fmt::Arguments<'_>) {
+    let args = (&args as *const fmt::Arguments<'_>).cast();
+    // SAFETY: as in `log`.
+    unsafe {
+        match class {
+            DebugClass::Cm => bindings::rsrdma_dbg_cm(ctrl, args),
+            DebugClass::Queue => bindings::rsrdma_dbg_queue(ctrl, args),
+            DebugClass::Pool => bindings::rsrdma_dbg_pool(ctrl, args),
+            DebugClass::Io => bindings::rsrdma_dbg_io(ctrl, args),
+            DebugClass::Recovery => bindings::rsrdma_dbg_recovery(ctrl, args),
+        }
+    }
+}
+
+/// `log_info!(ctrl, "...", args)`: an info line for a controller (`core::ptr::null()` for
+/// module-wide events).
+macro_rules! log_info {
+    ($ctrl:expr, $($arg:tt)*) => {
+        $crate::glue::log($ctrl, $crate::glue::Level::Info, format_args!($($arg)*))
+    };
+}
+
+/// Like `log_info!`, at warning level.
+#[allow(unused_macros)]
+macro_rules! log_warn {
+    ($ctrl:expr, $($arg:tt)*) => {
+        $crate::glue::log($ctrl, $crate::glue::Level::Warn, format_args!($($arg)*))
+    };
+}
+
+/// Like `log_info!`, at error level.
+macro_rules! log_err {
+    ($ctrl:expr, $($arg:tt)*) => {
+        $crate::glue::log($ctrl, $crate::glue::Level::Err, format_args!($($arg)*))
+    };
+}
+
+/// `dbg_event!(Cm, ctrl, "...", args)`: a dynamic debug line of one class.
+#[allow(unused_macros)]
+macro_rules! dbg_event {
+    ($class:ident, $ctrl:expr, $($arg:tt)*) => {
+        $crate::glue::debug($ctrl, $crate::glue::DebugClass::$class, format_args!($($arg)*))
+    };
+}
+
+#[allow(unused_imports)]
+pub(crate) use {dbg_event, log_err, log_info, log_warn};
+
+/// Whether the module was loaded with `dropin=1` (register as "rdma").
+pub(crate) fn dropin() -> bool {
+    // SAFETY: a module parameter, read-only (0444) after load.
+    unsafe { bindings::rsrdma_dropin }
+}
+
+/// The per-tag slot size in bytes (`slot_kib`).
+pub(crate) fn slot_bytes() -> u32 {
+    // SAFETY: a module parameter, read-only (0444) after load.
+    unsafe { bindings::rsrdma_slot_kib }.saturating_mul(1024)
+}
+
+/// The per-I/O-queue large area size in bytes (`io_pool_mib`).
+pub(crate) fn io_pool_bytes() -> u64 {
+    // SAFETY: a module parameter, read-only (0444) after load.
+    u64::from(unsafe { bindings::rsrdma_io_pool_mib }) << 20
+}

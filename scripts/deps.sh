@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Install everything the build, the guest and the tests need. Idempotent and fast when all is
+# already present: it only calls apt/pip/cargo for what is missing.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+debs=(
+	# kernel source and build
+	linux-source-6.12 flex bison bc libelf-dev libssl-dev cpio xz-utils kmod
+	# Rust for the kernel (/usr/bin/rustc with core sources) and bindgen's libclang
+	rustc-web rust-web-src libclang-dev clang lld llvm
+	# guest
+	qemu-system-x86 busybox-static
+	# tools used inside the guest (the guest shares the host root filesystem)
+	nvme-cli fio rdma-core ibverbs-utils perftest iproute2 e2fsprogs
+	# documentation checks
+	python3-docutils
+)
+
+missing=()
+for p in "${debs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+		missing+=("$p")
+done
+if ((${#missing[@]})); then
+	log "installing Debian packages: ${missing[*]}"
+	sudo_ apt-get update -q || true
+	sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		"${missing[@]}"
+fi
+
+if ! command -v vng >/dev/null 2>&1; then
+	log "installing virtme-ng from PyPI"
+	python3 -m pip install -q "virtme-ng==$VIRTME_NG_VERSION"
+fi
+
+if ! bindgen --version 2>/dev/null | grep -q "$BINDGEN_VERSION"; then
+	log "installing bindgen-cli $BINDGEN_VERSION from crates.io"
+	cargo install -q bindgen-cli --version "$BINDGEN_VERSION" --locked
+fi
+
+log "dependencies present"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Build (or reuse) the pinned guest kernel and print its build directory on stdout.
+#
+#   scripts/kernel.sh [default|debug]
+#
+# The tree is extracted from Debian's linux-source-6.12 and built in a cache outside the work
+# tree, keyed by kernel version, flavour, config fragments and toolchain versions, so a second
+# call returns at once. The "debug" flavour adds scripts/kernel-debug.config and builds with
+# LLVM=1 (6.12 allows Rust with KASAN only on clang).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+flavour=${1:-${KERNEL:-default}}
+fragments=("$here/kernel.config")
+llvm=()
+case "$flavour" in
+default) ;;
+debug)
+	fragments+=("$here/kernel-debug.config")
+	llvm=(LLVM=1)
+	;;
+*) die "unknown kernel flavour '$flavour' (default, debug)" ;;
+esac
+
+tarball=/usr/src/linux-source-6.12.tar.xz
+[ -f "$tarball" ] || die "$tarball missing: run scripts/deps.sh"
+
+key=$( {
+	echo "$KERNEL_VERSION $flavour ${llvm[*]}"
+	cat "${fragments[@]}"
+	"$RUSTC" --version
+	bindgen --version
+	gcc --version | head -n1
+	[ -z "${llvm[*]}" ] || clang --version | head -n1
+} | sha256sum | cut -c1-12)
+kdir=$cache/linux-$KERNEL_VERSION-$flavour-$key
+stamp=$kdir/.rsrdma-built
+
+if [ -f "$stamp" ]; then
+	echo "$kdir"
+	exit 0
+fi
+
+mkdir -p "$cache"
+# Keep the cache bounded: drop other trees of the same flavour.
+for old in "$cache"/linux-*-"$flavour"-*; do
+	[ -d "$old" ] && [ "$old" != "$kdir" ] && { log "removing stale kernel tree $old"; rm -rf "$old"; }
+done
+
+start=$(date +%s)
+if [ ! -f "$kdir/Makefile" ]; then
+	log "extracting $tarball into $kdir"
+	rm -rf "$kdir.tmp"
+	mkdir -p "$kdir.tmp"
+	tar -xf "$tarball" -C "$kdir.tmp" --strip-components=1
+	mv "$kdir.tmp" "$kdir"
+fi
+
+mk() { make -C "$kdir" -s "${llvm[@]}" RUSTC="$RUSTC" BINDGEN=bindgen "$@"; }
+
+log "configuring $flavour kernel ($KERNEL_VERSION, tinyconfig + ${fragments[*]##*/})"
+mk tinyconfig >/dev/null
+(cd "$kdir" && scripts/kconfig/merge_config.sh -m .config "${fragments[@]}" >/dev/null)
+mk olddefconfig >/dev/null
+
+# Every option the fragments ask for must have stuck; Kconfig drops unmet ones silently.
+bad=0
+while IFS= read -r line; do
+	case "$line" in
+	CONFIG_*=n) opt=${line%%=*}; grep -q "^$opt=" "$kdir/.config" && { log "$opt still set"; bad=1; } ;;
+	CONFIG_*) grep -qx "$line" "$kdir/.config" || { log "config did not take $line"; bad=1; } ;;
+	esac
+done < <(cat "${fragments[@]}")
+((bad == 0)) || die "kernel config is missing options (is the toolchain usable for Rust? try: make -C $kdir rustavailable)"
+
+log "building kernel with $(nproc) jobs (about 13 minutes on 2 cores)"
+mk -j"$(nproc)" >/dev/null
+touch "$stamp"
+log "kernel built in $(($(date +%s) - start)) s: $kdir"
+echo "$kdir"

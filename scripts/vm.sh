@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Boot the guest kernel, run one command in it as root and return its exit status.
+#
+#   scripts/vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] -- COMMAND [ARGS...]
+#
+# The guest is virtme-ng: it shares the host's root file system read-only (so nvme-cli, fio,
+# rdma and the repository are all there) and OUTDIR read-write. The command's output is
+# streamed as the guest writes it; OUTDIR keeps guest.log, dmesg.log, console.log and the exit
+# status. A guest that hangs is killed at the timeout (exit status 124): CI never hangs.
+# Environment inside the guest: RSRDMA_REPO (this repository), RSRDMA_OUT (OUTDIR).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+timeout_s=900 cpus=2 memory=3G out=
+while getopts "t:c:m:o:" opt; do
+	case "$opt" in
+	t) timeout_s=$OPTARG ;;
+	c) cpus=$OPTARG ;;
+	m) memory=$OPTARG ;;
+	o) out=$OPTARG ;;
+	*) die "usage: vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] -- COMMAND..." ;;
+	esac
+done
+shift $((OPTIND - 1))
+[ "${1:-}" = -- ] && shift
+(($#)) || die "no command given"
+
+if [ -n "${KDIR:-}" ]; then
+	kdir=$("$here/check-kdir.sh" "$KDIR")
+else
+	kdir=$("$here/kernel.sh" "${KERNEL:-default}")
+fi
+[ -n "$out" ] || out=$repo/out/vm-$(date +%Y%m%d-%H%M%S)-$$
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+rm -f "$out/exit" "$out/guest.log" "$out/dmesg.log"
+: >"$out/guest.log"
+
+# The guest-side wrapper: run the command with its output in guest.log, then record the
+# status and the kernel log. The shared folder is the only reliable channel back under TCG.
+{
+	echo '#!/bin/bash'
+	echo "export RSRDMA_REPO=$(printf %q "$repo") RSRDMA_OUT=$(printf %q "$out")"
+	echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	echo "cd \"\$RSRDMA_REPO\""
+	printf '%q ' "$@"
+	echo ' >>"$RSRDMA_OUT/guest.log" 2>&1 </dev/null'
+	echo 'rc=$?'
+	echo 'dmesg >"$RSRDMA_OUT/dmesg.log" 2>&1'
+	echo 'echo $rc >"$RSRDMA_OUT/exit"'
+	echo 'sync'
+} >"$out/guest.sh"
+chmod +x "$out/guest.sh"
+
+accel=$("$here/accel.sh" "$kdir")
+accel_opts=()
+if [ "$accel" = tcg ]; then
+	accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=multi)
+fi
+
+log "booting $(cat "$kdir/include/config/kernel.release") ($accel, $cpus vCPUs, $memory) for: $*"
+start=$(date +%s)
+timeout -k 10 "$timeout_s" vng --run "$kdir" --user root --cpus "$cpus" --memory "$memory" \
+	--network user --rwdir="$out" "${accel_opts[@]}" \
+	--append "printk.time=1 hung_task_timeout_secs=60" \
+	-- "$out/guest.sh" </dev/null >"$out/console.log" 2>&1 &
+vm=$!
+
+# Stream the guest's output while it runs.
+tail -n +1 -F --pid="$vm" "$out/guest.log" 2>/dev/null &
+tailer=$!
+status=0
+wait "$vm" || status=$?
+sleep 0.5
+kill "$tailer" 2>/dev/null || true
+wait "$tailer" 2>/dev/null || true
+
+elapsed=$(($(date +%s) - start))
+if [ -f "$out/exit" ]; then
+	rc=$(cat "$out/exit")
+	log "guest finished in ${elapsed} s with status $rc (logs in $out)"
+	exit "$rc"
+fi
+if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+	log "guest timed out after ${timeout_s} s (logs in $out); last console lines:"
+	tail -n 30 "$out/console.log" >&2
+	exit 124
+fi
+log "guest died without a result (vng status $status, logs in $out); last console lines:"
+tail -n 30 "$out/console.log" >&2
+exit 125
