@@ -1,0 +1,1149 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Layout and slice allocator of the per-controller registered buffer pool.
+//!
+//! # Design
+//!
+//! Each controller owns one pool of DMA memory, registered once as a single
+//! RDMA memory region, so the data of any command is described by one keyed
+//! SGL with the pool's key and no per-I/O memory registration is needed.
+//! The pool is one contiguous address range (the MR's IOVA space) made of
+//! equal power-of-two chunks. On the CPU side every chunk is a separate
+//! allocation, so a copy to or from a slice is split at chunk boundaries
+//! with [`chunk_spans`].
+//!
+//! The range holds, in order:
+//!
+//! - The slot areas of all queues, packed: queue 0 (admin) first, then the
+//!   I/O queues. A slot area is `depth` slots of `slot_size` bytes; slot `i`
+//!   belongs to tag `i`: a command whose data fits in `slot_size` bytes uses
+//!   its tag's slot, with no allocation and no lock ([`Region::slot`]).
+//! - Padding up to a chunk boundary, then the admin queue's large area.
+//! - Padding up to a chunk boundary, then the large area shared by all I/O
+//!   queues.
+//!
+//! Large areas serve data larger than a slot through a [`Buddy`] allocator,
+//! which the kernel side wraps in a spinlock. The I/O large area is shared
+//! rather than per queue so that the pool does not grow with the number of
+//! I/O queues by more than their slots: with the defaults a controller with
+//! `n` I/O queues of depth 128 costs `n` MiB of slots plus 16 MiB.
+//!
+//! ```text
+//! | admin slots | q1 slots | ... | qn slots | pad | admin large | pad | I/O large | pad |
+//! ^0                                          ^chunk            ^chunk            ^chunk
+//! ```
+//!
+//! Slot sizes are powers of two and every slot area starts at a multiple of
+//! its slot size, so a slot no larger than a chunk never crosses a chunk
+//! boundary. Buddy blocks are naturally aligned within the chunk-aligned
+//! large areas, so blocks no larger than a chunk never cross one either;
+//! larger blocks span several whole chunks, which the MR maps contiguously.
+//! Queue depth is not fixed per connection: regions are sized for the
+//! largest depth the controller may use.
+//!
+//! All offsets are from the start of the pool (IOVA = MR base + offset).
+
+/// Smallest chunk size.
+pub const MIN_CHUNK_SIZE: u64 = 4096;
+/// Largest pool size (1 GiB).
+pub const MAX_POOL_SIZE: u64 = 1 << 30;
+/// Largest number of queues, admin queue included.
+pub const MAX_QUEUES: u16 = 129;
+/// Largest queue depth.
+pub const MAX_DEPTH: u32 = 4096;
+/// Smallest slot size.
+pub const MIN_SLOT_SIZE: u32 = 512;
+
+/// Granule of the buddy allocator: the smallest block, in bytes.
+pub const BUDDY_GRANULE: u64 = 4096;
+/// Largest number of granules in one buddy area.
+pub const BUDDY_MAX_LEAVES: usize = 4096;
+/// Order of the largest block (`BUDDY_GRANULE << BUDDY_MAX_ORDER` bytes).
+pub const BUDDY_MAX_ORDER: u32 = BUDDY_MAX_LEAVES.trailing_zeros();
+/// Largest buddy area (16 MiB).
+pub const BUDDY_MAX_AREA: u64 = BUDDY_GRANULE << BUDDY_MAX_ORDER;
+
+/// A byte range of the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slice {
+    /// Offset from the start of the pool.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// Sizes of the region of one queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueParams {
+    /// Number of slots: the queue depth (1..=[`MAX_DEPTH`]).
+    pub depth: u32,
+    /// Size of each slot: a power of two, at least [`MIN_SLOT_SIZE`], and no
+    /// larger than `large_size` unless that is 0.
+    pub slot_size: u32,
+    /// Size of the large area: a multiple of [`BUDDY_GRANULE`], at most
+    /// [`BUDDY_MAX_AREA`]; 0 for none.
+    pub large_size: u64,
+}
+
+/// Parameters of a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolParams {
+    /// Chunk size: a power of two, at least [`MIN_CHUNK_SIZE`].
+    pub chunk_size: u64,
+    /// Number of queues, admin queue included (1..=[`MAX_QUEUES`]).
+    pub nr_queues: u16,
+    /// Slots and large area of the admin queue.
+    pub admin: QueueParams,
+    /// Slots of each I/O queue, and the size of the large area they share;
+    /// validated even if there is no I/O queue.
+    pub io: QueueParams,
+}
+
+/// Why pool parameters were refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutError {
+    /// Bad chunk size.
+    ChunkSize,
+    /// Bad number of queues.
+    NrQueues,
+    /// Bad queue depth.
+    Depth,
+    /// Bad slot size.
+    SlotSize,
+    /// Bad large area size.
+    LargeSize,
+    /// The pool would be larger than [`MAX_POOL_SIZE`].
+    TooLarge,
+}
+
+impl LayoutError {
+    /// Describes the error, for the log.
+    pub fn msg(&self) -> &'static str {
+        match self {
+            LayoutError::ChunkSize => "chunk size must be a power of two of at least 4 KiB",
+            LayoutError::NrQueues => "number of queues must be 1..=129",
+            LayoutError::Depth => "queue depth must be 1..=4096",
+            LayoutError::SlotSize => {
+                "slot size must be a power of two of at least 512 bytes, and no larger than the large area"
+            }
+            LayoutError::LargeSize => "large area size must be a multiple of 4 KiB, at most 16 MiB",
+            LayoutError::TooLarge => "buffer pool larger than 1 GiB",
+        }
+    }
+}
+
+/// Rounds `v` up to a multiple of `align`, a power of two.
+fn align_up(v: u64, align: u64) -> Option<u64> {
+    let mask = align.checked_sub(1)?;
+    Some(v.checked_add(mask)? & !mask)
+}
+
+/// Checks one kind of queue and returns the bytes of one slot area.
+fn check_queue(p: &QueueParams) -> Result<u64, LayoutError> {
+    if p.depth == 0 || p.depth > MAX_DEPTH {
+        return Err(LayoutError::Depth);
+    }
+    if !p.large_size.is_multiple_of(BUDDY_GRANULE) || p.large_size > BUDDY_MAX_AREA {
+        return Err(LayoutError::LargeSize);
+    }
+    if !p.slot_size.is_power_of_two()
+        || p.slot_size < MIN_SLOT_SIZE
+        || (p.large_size != 0 && u64::from(p.slot_size) > p.large_size)
+    {
+        return Err(LayoutError::SlotSize);
+    }
+    u64::from(p.depth)
+        .checked_mul(u64::from(p.slot_size))
+        .ok_or(LayoutError::TooLarge)
+}
+
+/// The validated layout of a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolLayout {
+    chunk_size: u64,
+    nr_queues: u16,
+    admin: QueueParams,
+    io: QueueParams,
+    /// Offset of the first I/O slot area.
+    io_slots_offset: u64,
+    /// Bytes of one I/O slot area.
+    io_slots_size: u64,
+    admin_large_offset: u64,
+    io_large_offset: u64,
+    total_size: u64,
+    nr_chunks: usize,
+}
+
+impl PoolLayout {
+    /// Validates `params` and lays the pool out.
+    pub fn new(params: PoolParams) -> Result<Self, LayoutError> {
+        let chunk_size = params.chunk_size;
+        if !chunk_size.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_POOL_SIZE).contains(&chunk_size)
+        {
+            return Err(LayoutError::ChunkSize);
+        }
+        if params.nr_queues == 0 || params.nr_queues > MAX_QUEUES {
+            return Err(LayoutError::NrQueues);
+        }
+        let admin_slots = check_queue(&params.admin)?;
+        let io_slots_size = check_queue(&params.io)?;
+        let too_large = |v: Option<u64>| v.ok_or(LayoutError::TooLarge);
+        let io_slots_offset = too_large(align_up(admin_slots, u64::from(params.io.slot_size)))?;
+        let slots_end = too_large(
+            io_slots_size
+                .checked_mul(u64::from(params.nr_queues - 1))
+                .and_then(|all| all.checked_add(io_slots_offset)),
+        )?;
+        let admin_large_offset = too_large(align_up(slots_end, chunk_size))?;
+        let io_large_offset = too_large(
+            admin_large_offset
+                .checked_add(params.admin.large_size)
+                .and_then(|end| align_up(end, chunk_size)),
+        )?;
+        let io_large = if params.nr_queues > 1 {
+            params.io.large_size
+        } else {
+            0
+        };
+        let total_size = too_large(
+            io_large_offset
+                .checked_add(io_large)
+                .and_then(|end| align_up(end, chunk_size)),
+        )?;
+        if total_size > MAX_POOL_SIZE {
+            return Err(LayoutError::TooLarge);
+        }
+        let nr_chunks =
+            usize::try_from(total_size / chunk_size).map_err(|_| LayoutError::TooLarge)?;
+        Ok(Self {
+            chunk_size,
+            nr_queues: params.nr_queues,
+            admin: params.admin,
+            io: params.io,
+            io_slots_offset,
+            io_slots_size,
+            admin_large_offset,
+            io_large_offset,
+            total_size,
+            nr_chunks,
+        })
+    }
+
+    /// Size of each chunk.
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
+    }
+
+    /// Number of queues, admin queue included.
+    pub fn nr_queues(&self) -> u16 {
+        self.nr_queues
+    }
+
+    /// Size of the whole pool, a multiple of the chunk size.
+    pub fn total_size(&self) -> u64 {
+        self.total_size
+    }
+
+    /// Number of chunks in the pool.
+    pub fn nr_chunks(&self) -> usize {
+        self.nr_chunks
+    }
+
+    /// Returns the region of queue `qid` (0 for the admin queue), or `None`
+    /// if there is no such queue. All I/O queues name the same large area.
+    pub fn region(&self, qid: u16) -> Option<Region> {
+        if qid >= self.nr_queues {
+            return None;
+        }
+        match qid.checked_sub(1) {
+            None => Some(Region {
+                slots_offset: 0,
+                depth: self.admin.depth,
+                slot_size: self.admin.slot_size,
+                large_offset: self.admin_large_offset,
+                large_size: self.admin.large_size,
+            }),
+            Some(io_index) => Some(Region {
+                slots_offset: self
+                    .io_slots_size
+                    .checked_mul(u64::from(io_index))?
+                    .checked_add(self.io_slots_offset)?,
+                depth: self.io.depth,
+                slot_size: self.io.slot_size,
+                large_offset: self.io_large_offset,
+                large_size: self.io.large_size,
+            }),
+        }
+    }
+}
+
+/// The part of the pool one queue uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Offset of slot 0.
+    pub slots_offset: u64,
+    /// Number of slots.
+    pub depth: u32,
+    /// Size of each slot.
+    pub slot_size: u32,
+    /// Offset of the large area (chunk aligned); shared by the I/O queues.
+    pub large_offset: u64,
+    /// Size of the large area, 0 if none.
+    pub large_size: u64,
+}
+
+impl Region {
+    /// Returns the whole slot of `tag`, or `None` if `tag` is not below the
+    /// depth.
+    pub fn slot(&self, tag: u32) -> Option<Slice> {
+        if tag >= self.depth {
+            return None;
+        }
+        let offset = u64::from(tag)
+            .checked_mul(u64::from(self.slot_size))?
+            .checked_add(self.slots_offset)?;
+        Some(Slice {
+            offset,
+            len: self.slot_size,
+        })
+    }
+}
+
+/// Splits the slice `offset..offset + len` of a pool made of chunks of
+/// `chunk_size` bytes into `(chunk index, offset in chunk, length)` spans,
+/// in order. Yields nothing if `chunk_size` is 0 or the slice end overflows.
+pub fn chunk_spans(
+    offset: u64,
+    len: u32,
+    chunk_size: u64,
+) -> impl Iterator<Item = (usize, usize, usize)> {
+    let valid = chunk_size != 0 && offset.checked_add(u64::from(len)).is_some();
+    ChunkSpans {
+        offset,
+        remaining: if valid { u64::from(len) } else { 0 },
+        chunk_size,
+    }
+}
+
+struct ChunkSpans {
+    offset: u64,
+    remaining: u64,
+    chunk_size: u64,
+}
+
+impl Iterator for ChunkSpans {
+    type Item = (usize, usize, usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let index = self.offset.checked_div(self.chunk_size)?;
+        let within = self.offset.checked_rem(self.chunk_size)?;
+        let len = self.remaining.min(self.chunk_size - within);
+        let span = (
+            usize::try_from(index).ok()?,
+            usize::try_from(within).ok()?,
+            usize::try_from(len).ok()?,
+        );
+        self.remaining -= len;
+        self.offset = self.offset.checked_add(len)?;
+        Some(span)
+    }
+}
+
+/// Number of bits of all orders: `BUDDY_MAX_LEAVES >> order` for each order.
+const NODES: usize = 2 * BUDDY_MAX_LEAVES - 1;
+const WORDS: usize = NODES.div_ceil(64);
+
+/// Returns the bit of block `index` of `order`. The blocks of each order
+/// are numbered from 0 and stored after those of the smaller orders.
+fn node(order: u32, index: usize) -> usize {
+    2 * BUDDY_MAX_LEAVES - ((2 * BUDDY_MAX_LEAVES) >> order) + index
+}
+
+/// A fixed-size bitmap over every block of every order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Bitmap([u64; WORDS]);
+
+impl Bitmap {
+    fn get(&self, bit: usize) -> bool {
+        self.0
+            .get(bit / 64)
+            .is_some_and(|w| w & (1 << (bit % 64)) != 0)
+    }
+
+    fn set(&mut self, bit: usize) {
+        if let Some(w) = self.0.get_mut(bit / 64) {
+            *w |= 1 << (bit % 64);
+        }
+    }
+
+    fn clear(&mut self, bit: usize) {
+        if let Some(w) = self.0.get_mut(bit / 64) {
+            *w &= !(1 << (bit % 64));
+        }
+    }
+
+    /// Returns the first set bit in `start..end`.
+    fn find(&self, start: usize, end: usize) -> Option<usize> {
+        let mut bit = start;
+        while bit < end {
+            let word = self.0.get(bit / 64)? >> (bit % 64);
+            if word != 0 {
+                let found = bit + word.trailing_zeros() as usize;
+                return (found < end).then_some(found);
+            }
+            bit = (bit / 64 + 1) * 64;
+        }
+        None
+    }
+}
+
+/// Returns the order of the block that holds `len` bytes, or `None` if
+/// `len` is 0 or larger than [`BUDDY_MAX_AREA`].
+fn order_for(len: u32) -> Option<u32> {
+    if len == 0 {
+        return None;
+    }
+    let granules = u64::from(len).div_ceil(BUDDY_GRANULE);
+    let order = granules.next_power_of_two().trailing_zeros();
+    (order <= BUDDY_MAX_ORDER).then_some(order)
+}
+
+/// Buddy allocator of a large area.
+///
+/// Blocks are power-of-two multiples of [`BUDDY_GRANULE`], naturally aligned
+/// within the area. The area may be any multiple of the granule up to
+/// [`BUDDY_MAX_AREA`]: if it is not a power of two it starts as several
+/// top-level blocks, largest first (12 MiB = 8 MiB + 4 MiB), which never
+/// merge with each other.
+///
+/// State is two bitmaps with one bit per possible block of every order:
+/// free blocks and allocated blocks. Allocation scans the free bitmap of
+/// each order from the requested one up, at most `2 * leaves / 64` words in
+/// all; free and merge are O(orders). The allocated bitmap lets [`free`]
+/// refuse double frees and slices it did not hand out. The structure is
+/// about 2 KiB and needs no heap.
+///
+/// [`free`]: Buddy::free
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buddy {
+    free: Bitmap,
+    allocated: Bitmap,
+    area_offset: u64,
+    nr_leaves: usize,
+    in_use: u64,
+    high_water: u64,
+}
+
+impl Buddy {
+    /// Creates the allocator of the area `area_offset..area_offset +
+    /// area_size`, all free. `None` if `area_size` is not a multiple of
+    /// [`BUDDY_GRANULE`], is larger than [`BUDDY_MAX_AREA`], or the area end
+    /// overflows. An empty area is valid and allocates nothing.
+    pub fn new(area_offset: u64, area_size: u64) -> Option<Buddy> {
+        if !area_size.is_multiple_of(BUDDY_GRANULE) || area_size > BUDDY_MAX_AREA {
+            return None;
+        }
+        area_offset.checked_add(area_size)?;
+        let nr_leaves = usize::try_from(area_size / BUDDY_GRANULE).ok()?;
+        let mut buddy = Buddy {
+            free: Bitmap([0; WORDS]),
+            allocated: Bitmap([0; WORDS]),
+            area_offset,
+            nr_leaves,
+            in_use: 0,
+            high_water: 0,
+        };
+        // Top-level blocks, largest first: each starts at a multiple of its
+        // size since all blocks before it are larger powers of two.
+        let mut leaf = 0;
+        for order in (0..=BUDDY_MAX_ORDER).rev() {
+            let size = 1 << order;
+            if nr_leaves & size != 0 {
+                buddy.free.set(node(order, leaf >> order));
+                leaf += size;
+            }
+        }
+        Some(buddy)
+    }
+
+    /// Size of the block that [`Buddy::alloc`] uses for `len` bytes: `len`
+    /// rounded up to a power-of-two number of granules. `None` if `len` is
+    /// 0 or no block can be that large. After everything is freed, an area
+    /// of at least this size always satisfies an allocation of `len`.
+    pub fn block_size(len: u32) -> Option<u64> {
+        order_for(len).map(|order| BUDDY_GRANULE << order)
+    }
+
+    /// Returns the index of the first free block of `order`.
+    fn first_free(&self, order: u32) -> Option<usize> {
+        let base = node(order, 0);
+        let found = self.free.find(base, base + (self.nr_leaves >> order))?;
+        Some(found - base)
+    }
+
+    /// Allocates a block for `len` bytes and returns its start with length
+    /// `len`, or `None` if `len` is 0 or no free block is large enough.
+    pub fn alloc(&mut self, len: u32) -> Option<Slice> {
+        let order = order_for(len)?;
+        let (mut cur, mut index) =
+            (order..=BUDDY_MAX_ORDER).find_map(|o| Some((o, self.first_free(o)?)))?;
+        self.free.clear(node(cur, index));
+        // Split down to the requested order, freeing the upper halves.
+        while cur > order {
+            cur -= 1;
+            index *= 2;
+            self.free.set(node(cur, index + 1));
+        }
+        self.allocated.set(node(order, index));
+        self.in_use = self.in_use.saturating_add(BUDDY_GRANULE << order);
+        self.high_water = self.high_water.max(self.in_use);
+        let leaf = (index as u64) << order;
+        Some(Slice {
+            offset: self.area_offset + leaf * BUDDY_GRANULE,
+            len,
+        })
+    }
+
+    /// Frees a slice returned by [`Buddy::alloc`] (the same offset, and a
+    /// length that needs the same block size) and merges it with its free
+    /// buddies. Returns `false`, changing nothing, for a slice this
+    /// allocator did not hand out or has already freed.
+    pub fn free(&mut self, slice: Slice) -> bool {
+        let Some(order) = order_for(slice.len) else {
+            return false;
+        };
+        let Some(rel) = slice.offset.checked_sub(self.area_offset) else {
+            return false;
+        };
+        if !rel.is_multiple_of(BUDDY_GRANULE) {
+            return false;
+        }
+        let Ok(leaf) = usize::try_from(rel / BUDDY_GRANULE) else {
+            return false;
+        };
+        if leaf >= self.nr_leaves || !leaf.is_multiple_of(1 << order) {
+            return false;
+        }
+        let mut index = leaf >> order;
+        if !self.allocated.get(node(order, index)) {
+            return false;
+        }
+        self.allocated.clear(node(order, index));
+        self.in_use = self.in_use.saturating_sub(BUDDY_GRANULE << order);
+        // A buddy is only ever free if it lies wholly in the area, so
+        // merging never leaves the area nor joins two top-level blocks.
+        let mut cur = order;
+        while cur < BUDDY_MAX_ORDER && self.free.get(node(cur, index ^ 1)) {
+            self.free.clear(node(cur, index ^ 1));
+            index /= 2;
+            cur += 1;
+        }
+        self.free.set(node(cur, index));
+        true
+    }
+
+    /// Bytes allocated now, counting whole blocks.
+    pub fn in_use_bytes(&self) -> u64 {
+        self.in_use
+    }
+
+    /// Highest value [`Buddy::in_use_bytes`] has reached.
+    pub fn high_water_bytes(&self) -> u64 {
+        self.high_water
+    }
+
+    /// Size of the largest free block, 0 if none.
+    pub fn largest_free(&self) -> u64 {
+        (0..=BUDDY_MAX_ORDER)
+            .rev()
+            .find(|&order| self.first_free(order).is_some())
+            .map_or(0, |order| BUDDY_GRANULE << order)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+
+    fn realistic() -> PoolParams {
+        PoolParams {
+            chunk_size: 4 * MIB,
+            nr_queues: 3,
+            admin: QueueParams {
+                depth: 32,
+                slot_size: 16 * 1024,
+                large_size: 4 * MIB,
+            },
+            io: QueueParams {
+                depth: 128,
+                slot_size: 16 * 1024,
+                large_size: 8 * MIB,
+            },
+        }
+    }
+
+    #[test]
+    fn realistic_layout() {
+        let l = PoolLayout::new(realistic()).unwrap();
+        // Slots: 512 KiB admin + 2 x 2 MiB I/O = 4.5 MiB, padded to 8 MiB;
+        // admin large 4 MiB at 8 MiB; shared I/O large 8 MiB at 12 MiB.
+        assert_eq!(l.total_size(), 20 * MIB);
+        assert_eq!(l.nr_chunks(), 5);
+        assert_eq!(l.chunk_size(), 4 * MIB);
+        assert_eq!(l.nr_queues(), 3);
+        let want = [
+            (0, 32, 8 * MIB, 4 * MIB),
+            (512 * KIB, 128, 12 * MIB, 8 * MIB),
+            (512 * KIB + 2 * MIB, 128, 12 * MIB, 8 * MIB),
+        ];
+        for (qid, (slots_offset, depth, large_offset, large_size)) in (0..).zip(want) {
+            let r = l.region(qid).unwrap();
+            assert_eq!(
+                r,
+                Region {
+                    slots_offset,
+                    depth,
+                    slot_size: 16 * 1024,
+                    large_offset,
+                    large_size,
+                }
+            );
+            assert_eq!(r.large_offset % l.chunk_size(), 0);
+        }
+        assert_eq!(l.region(3), None);
+        assert_eq!(l.region(u16::MAX), None);
+
+        let r = l.region(1).unwrap();
+        assert_eq!(
+            r.slot(0),
+            Some(Slice {
+                offset: 512 * KIB,
+                len: 16 * 1024
+            })
+        );
+        assert_eq!(r.slot(127).unwrap().offset, 512 * KIB + 127 * 16 * KIB);
+        assert_eq!(r.slot(128), None);
+        assert_eq!(r.slot(u32::MAX), None);
+        let last = l.region(2).unwrap();
+        assert_eq!(last.large_offset + last.large_size, l.total_size());
+    }
+
+    #[test]
+    fn layout_small_and_without_large_areas() {
+        let q = QueueParams {
+            depth: 8,
+            slot_size: 512,
+            large_size: 0,
+        };
+        let l = PoolLayout::new(PoolParams {
+            chunk_size: 4096,
+            nr_queues: 2,
+            admin: q,
+            io: q,
+        })
+        .unwrap();
+        assert_eq!(l.total_size(), 8192);
+        let r = l.region(1).unwrap();
+        assert_eq!(
+            (r.slots_offset, r.large_offset, r.large_size),
+            (4096, 8192, 0)
+        );
+
+        // I/O slots larger than the admin slot area start slot aligned.
+        let l = PoolLayout::new(PoolParams {
+            chunk_size: 64 * KIB,
+            nr_queues: 3,
+            admin: QueueParams {
+                depth: 1,
+                slot_size: 4096,
+                large_size: 12 * KIB,
+            },
+            io: QueueParams {
+                depth: 2,
+                slot_size: 128 * 1024,
+                large_size: 0,
+            },
+        })
+        .unwrap();
+        let r1 = l.region(1).unwrap();
+        let r2 = l.region(2).unwrap();
+        assert_eq!(r1.slots_offset, 128 * KIB);
+        assert_eq!(r2.slots_offset, 384 * KIB);
+        // Slots end at 640 KiB (chunk aligned), admin large 12 KiB padded.
+        assert_eq!(l.region(0).unwrap().large_offset, 640 * KIB);
+        assert_eq!(l.total_size(), 704 * KIB);
+        assert_eq!(l.nr_chunks(), 11);
+
+        // No I/O queue: no I/O large area.
+        let mut p = realistic();
+        p.nr_queues = 1;
+        assert_eq!(PoolLayout::new(p).unwrap().total_size(), 8 * MIB);
+    }
+
+    #[test]
+    fn layout_errors() {
+        let ok = realistic();
+        let with = |f: &dyn Fn(&mut PoolParams)| {
+            let mut p = ok;
+            f(&mut p);
+            PoolLayout::new(p).err()
+        };
+        use LayoutError::*;
+        for chunk in [0, 1, 2048, 4095, 4097, 3 * MIB, MAX_POOL_SIZE * 2, u64::MAX] {
+            assert_eq!(with(&|p| p.chunk_size = chunk), Some(ChunkSize), "{chunk}");
+        }
+        assert_eq!(with(&|p| p.nr_queues = 0), Some(NrQueues));
+        assert_eq!(with(&|p| p.nr_queues = 130), Some(NrQueues));
+        assert_eq!(with(&|p| p.admin.depth = 0), Some(Depth));
+        assert_eq!(with(&|p| p.io.depth = 4097), Some(Depth));
+        assert_eq!(with(&|p| p.io.slot_size = 256), Some(SlotSize));
+        assert_eq!(with(&|p| p.io.slot_size = 3000), Some(SlotSize));
+        assert_eq!(with(&|p| p.io.slot_size = 0), Some(SlotSize));
+        assert_eq!(with(&|p| p.admin.slot_size = 8 << 20), Some(SlotSize));
+        assert_eq!(with(&|p| p.io.large_size = 4097), Some(LargeSize));
+        assert_eq!(with(&|p| p.io.large_size = 32 * MIB), Some(LargeSize));
+        assert_eq!(with(&|p| p.io.large_size = u64::MAX), Some(LargeSize));
+        // 128 I/O queues of 4096 x 16 KiB slots: 8 GiB.
+        assert_eq!(
+            with(&|p| {
+                p.nr_queues = 129;
+                p.io.depth = 4096;
+            }),
+            Some(TooLarge)
+        );
+        assert_eq!(
+            with(&|p| {
+                p.io.slot_size = 1 << 31;
+                p.io.large_size = 0;
+                p.io.depth = 4096;
+            }),
+            Some(TooLarge)
+        );
+        // Edges that are fine.
+        assert_eq!(with(&|p| p.nr_queues = 1), None);
+        assert_eq!(with(&|p| p.nr_queues = 129), None);
+        assert_eq!(with(&|p| p.io.large_size = 0), None);
+        assert_eq!(with(&|p| p.io.large_size = 20 * KIB), None);
+        assert_eq!(with(&|p| p.io.large_size = 12 * KIB), Some(SlotSize));
+        assert_eq!(
+            with(&|p| {
+                p.io.slot_size = 8 << 20;
+                p.io.depth = 1;
+                p.io.large_size = 0;
+            }),
+            None
+        );
+        assert_eq!(with(&|p| p.chunk_size = 4096), None);
+        assert_eq!(with(&|p| p.chunk_size = MAX_POOL_SIZE), Some(TooLarge));
+        for e in [ChunkSize, NrQueues, Depth, SlotSize, LargeSize, TooLarge] {
+            assert!(!e.msg().is_empty());
+        }
+    }
+
+    #[test]
+    fn slots_do_not_cross_chunks_or_overlap() {
+        for chunk_size in [64 * KIB, MIB, 4 * MIB] {
+            let mut p = realistic();
+            p.chunk_size = chunk_size;
+            p.nr_queues = 5;
+            let l = PoolLayout::new(p).unwrap();
+            let mut end = 0;
+            for qid in 0..l.nr_queues() {
+                let r = l.region(qid).unwrap();
+                for tag in 0..r.depth {
+                    let s = r.slot(tag).unwrap();
+                    assert_eq!(chunk_spans(s.offset, s.len, l.chunk_size()).count(), 1);
+                    assert!(s.offset >= end, "slots overlap");
+                    end = s.offset + u64::from(s.len);
+                }
+            }
+            let admin = l.region(0).unwrap();
+            let io = l.region(1).unwrap();
+            assert!(end <= admin.large_offset);
+            assert!(admin.large_offset + admin.large_size <= io.large_offset);
+            assert!(io.large_offset + io.large_size <= l.total_size());
+        }
+    }
+
+    #[test]
+    fn chunk_spans_split() {
+        let spans: Vec<_> = chunk_spans(4096 - 100, 8192 + 200, 4096).collect();
+        assert_eq!(
+            spans,
+            [(0, 3996, 100), (1, 0, 4096), (2, 0, 4096), (3, 0, 100)]
+        );
+        let spans: Vec<_> = chunk_spans(8192, 4096, 4096).collect();
+        assert_eq!(spans, [(2, 0, 4096)]);
+        let spans: Vec<_> = chunk_spans(5 * MIB, 1, 4 * MIB).collect();
+        assert_eq!(spans, [(1, MIB as usize, 1)]);
+        assert_eq!(chunk_spans(0, 0, 4096).count(), 0);
+        assert_eq!(chunk_spans(0, 100, 0).count(), 0);
+        assert_eq!(chunk_spans(u64::MAX, 2, 4096).count(), 0);
+        let spans: Vec<_> = chunk_spans(u64::MAX - 1, 1, 1 << 63).collect();
+        assert_eq!(spans, [(1, (1 << 63) - 2, 1)]);
+        // Lengths always add up, spans are contiguous.
+        for (offset, len) in [(0, u32::MAX), (123, 1 << 20), (4095, 2)] {
+            let mut next = offset;
+            let mut total = 0;
+            for (index, within, n) in chunk_spans(offset, len, 4096) {
+                assert_eq!(index as u64 * 4096 + within as u64, next);
+                assert!(within + n <= 4096 && n > 0);
+                next += n as u64;
+                total += n as u64;
+            }
+            assert_eq!(total, u64::from(len));
+        }
+    }
+
+    #[test]
+    fn buddy_new() {
+        assert!(Buddy::new(0, 4095).is_none());
+        assert!(Buddy::new(0, BUDDY_MAX_AREA + 4096).is_none());
+        assert!(Buddy::new(u64::MAX - 4095, 4096).is_none());
+        assert!(Buddy::new(u64::MAX - 4096, 4096).is_some());
+        let mut empty = Buddy::new(0, 0).unwrap();
+        assert_eq!(empty.largest_free(), 0);
+        assert_eq!(empty.alloc(1), None);
+        assert!(!empty.free(Slice { offset: 0, len: 1 }));
+        let b = Buddy::new(4 * MIB, 16 * MIB).unwrap();
+        assert_eq!(b.largest_free(), 16 * MIB);
+        assert_eq!(b.in_use_bytes(), 0);
+        assert!(core::mem::size_of::<Buddy>() <= 2048 + 64);
+    }
+
+    #[test]
+    fn buddy_block_size() {
+        assert_eq!(Buddy::block_size(0), None);
+        assert_eq!(Buddy::block_size(1), Some(4096));
+        assert_eq!(Buddy::block_size(4096), Some(4096));
+        assert_eq!(Buddy::block_size(4097), Some(8192));
+        assert_eq!(Buddy::block_size(12 * 4096), Some(64 * KIB));
+        assert_eq!(Buddy::block_size(16 << 20), Some(16 * MIB));
+        assert_eq!(Buddy::block_size((16 << 20) + 1), None);
+        assert_eq!(Buddy::block_size(u32::MAX), None);
+    }
+
+    #[test]
+    fn buddy_fill_with_max_size() {
+        let base = 12 * MIB;
+        let mut b = Buddy::new(base, 16 * MIB).unwrap();
+        let s = b.alloc(16 << 20).unwrap();
+        assert_eq!(
+            s,
+            Slice {
+                offset: base,
+                len: 16 << 20
+            }
+        );
+        assert_eq!(b.alloc(1), None);
+        assert_eq!(b.largest_free(), 0);
+        assert!(b.free(s));
+        assert_eq!(b.largest_free(), 16 * MIB);
+
+        // 1 MiB blocks: exactly 16, in address order.
+        let all: Vec<_> = (0..16).map(|_| b.alloc(1 << 20).unwrap()).collect();
+        for (i, s) in all.iter().enumerate() {
+            assert_eq!(s.offset, base + i as u64 * MIB);
+        }
+        assert_eq!(b.alloc(1 << 20), None);
+        assert_eq!(b.alloc(1), None);
+        assert_eq!(b.in_use_bytes(), 16 * MIB);
+        for s in all {
+            assert!(b.free(s));
+        }
+        assert_eq!(b.in_use_bytes(), 0);
+        assert_eq!(b.high_water_bytes(), 16 * MIB);
+        assert_eq!(b.largest_free(), 16 * MIB);
+    }
+
+    #[test]
+    fn buddy_mixed_sizes() {
+        let mut b = Buddy::new(0, MIB).unwrap();
+        let a = b.alloc(4096).unwrap();
+        let c = b.alloc(5000).unwrap();
+        let d = b.alloc(1).unwrap();
+        let e = b.alloc(64 * 1024).unwrap();
+        assert_eq!(
+            a,
+            Slice {
+                offset: 0,
+                len: 4096
+            }
+        );
+        assert_eq!(
+            c,
+            Slice {
+                offset: 8192,
+                len: 5000
+            }
+        );
+        assert_eq!(
+            d,
+            Slice {
+                offset: 4096,
+                len: 1
+            }
+        );
+        assert_eq!(
+            e,
+            Slice {
+                offset: 64 * KIB,
+                len: 64 * 1024
+            }
+        );
+        assert_eq!(b.in_use_bytes(), 4096 + 8192 + 4096 + 65536);
+        assert_eq!(b.largest_free(), 512 * KIB);
+        // Freeing with another length of the same block size is accepted.
+        assert!(b.free(Slice {
+            offset: 8192,
+            len: 8192
+        }));
+        assert!(b.free(a));
+        assert!(b.free(d));
+        assert_eq!(b.alloc(16384).unwrap().offset, 0);
+    }
+
+    #[test]
+    fn buddy_refuses_bad_frees() {
+        let base = 4 * MIB;
+        let mut b = Buddy::new(base, 4 * MIB).unwrap();
+        let s = b.alloc(8192).unwrap();
+        let t = b.alloc(4096).unwrap();
+        let before = b.clone();
+        let bad = [
+            Slice {
+                offset: s.offset,
+                len: 0,
+            },
+            Slice {
+                offset: s.offset,
+                len: 4096,
+            },
+            Slice {
+                offset: s.offset,
+                len: 16384,
+            },
+            Slice {
+                offset: s.offset + 4096,
+                len: 4096,
+            },
+            Slice {
+                offset: s.offset + 1,
+                len: 8192,
+            },
+            Slice {
+                offset: base - 8192,
+                len: 8192,
+            },
+            Slice {
+                offset: base + 4 * MIB,
+                len: 4096,
+            },
+            Slice {
+                offset: base + 64 * KIB,
+                len: 4096,
+            },
+            Slice {
+                offset: u64::MAX,
+                len: u32::MAX,
+            },
+            Slice {
+                offset: 0,
+                len: 4096,
+            },
+        ];
+        for slice in bad {
+            assert!(!b.free(slice), "{slice:?}");
+            assert_eq!(b, before);
+        }
+        assert!(b.free(s));
+        let after = b.clone();
+        assert!(!b.free(s), "double free");
+        assert_eq!(b, after);
+        assert!(b.free(t));
+        assert!(!b.free(t), "double free after merge");
+        assert_eq!(b.largest_free(), 4 * MIB);
+        assert_eq!(b.in_use_bytes(), 0);
+    }
+
+    #[test]
+    fn buddy_non_power_of_two_area() {
+        // 3 chunks of 4 MiB: top-level blocks of 8 and 4 MiB.
+        let mut b = Buddy::new(0, 12 * MIB).unwrap();
+        assert_eq!(b.largest_free(), 8 * MIB);
+        assert_eq!(b.alloc(12 << 20), None);
+        let big = b.alloc(8 << 20).unwrap();
+        let small = b.alloc(4 << 20).unwrap();
+        assert_eq!((big.offset, small.offset), (0, 8 * MIB));
+        assert_eq!(b.alloc(1), None);
+        assert!(b.free(big));
+        assert!(b.free(small));
+        assert_eq!(b.largest_free(), 8 * MIB);
+        // The 4 MiB block never merges into a block outside the area.
+        let blocks: Vec<_> = (0..3).map(|_| b.alloc(4 << 20).unwrap()).collect();
+        assert_eq!(b.alloc(1), None);
+        for s in blocks.into_iter().rev() {
+            assert!(b.free(s));
+        }
+        assert_eq!(b.largest_free(), 8 * MIB);
+        assert_eq!(b.alloc(8 << 20).unwrap().offset, 0);
+
+        // Odd number of granules.
+        let mut b = Buddy::new(0, 7 * 4096).unwrap();
+        let all: Vec<_> = (0..7).map(|_| b.alloc(4096).unwrap()).collect();
+        assert_eq!(b.alloc(4096), None);
+        for s in all {
+            assert!(b.free(s));
+        }
+        assert_eq!(b.largest_free(), 16384);
+        assert_eq!(b.without_high_water(), Buddy::new(0, 7 * 4096).unwrap());
+    }
+
+    impl Buddy {
+        /// A copy with the high water mark of a fresh allocator.
+        fn without_high_water(&self) -> Self {
+            Self {
+                high_water: 0,
+                ..self.clone()
+            }
+        }
+    }
+
+    /// Deterministic xorshift64 generator.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn shuffle<T>(&mut self, v: &mut [T]) {
+            for i in (1..v.len()).rev() {
+                v.swap(i, self.below(i as u64 + 1) as usize);
+            }
+        }
+    }
+
+    #[test]
+    fn buddy_merges_back_after_random_order_free() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let fresh = Buddy::new(MIB, 16 * MIB).unwrap();
+        let mut b = fresh.clone();
+        let mut all: Vec<_> = (0..4096).map(|_| b.alloc(4096).unwrap()).collect();
+        assert_eq!(b.alloc(1), None);
+        for round in 0..3 {
+            rng.shuffle(&mut all);
+            for s in &all {
+                assert!(b.free(*s));
+            }
+            assert_eq!(b.largest_free(), 16 * MIB, "round {round}");
+            assert_eq!(b.without_high_water(), fresh);
+            all = (0..4096).map(|_| b.alloc(4096).unwrap()).collect();
+        }
+    }
+
+    /// Mixed random workload checked against a simple model; frees
+    /// everything at the end. Returns the allocator.
+    fn random_workload(rng: &mut Rng, area: u64, max_len: u32, ops: usize) -> Buddy {
+        let base = 8 * MIB;
+        let mut b = Buddy::new(base, area).unwrap();
+        let mut live: Vec<(Slice, u64)> = Vec::new();
+        let mut high = 0;
+        for _ in 0..ops {
+            if live.is_empty() || rng.below(100) < 55 {
+                // Skew sizes towards small ones, like real I/O.
+                let len = match rng.below(4) {
+                    0 => 1 + rng.below(8192) as u32,
+                    1 => 1 + rng.below(65536) as u32,
+                    _ => 1 + rng.below(u64::from(max_len)) as u32,
+                };
+                let block = Buddy::block_size(len).unwrap();
+                match b.alloc(len) {
+                    Some(s) => {
+                        assert_eq!(s.len, len);
+                        let rel = s.offset - base;
+                        assert_eq!(rel % block, 0, "natural alignment");
+                        assert!(rel + block <= area);
+                        for (o, ob) in &live {
+                            assert!(
+                                s.offset + block <= o.offset || o.offset + ob <= s.offset,
+                                "overlap {s:?} {o:?}"
+                            );
+                        }
+                        live.push((s, block));
+                    }
+                    None => {
+                        // Refused only if no free block is large enough.
+                        assert!(b.largest_free() < block);
+                    }
+                }
+            } else {
+                let i = rng.below(live.len() as u64) as usize;
+                let (s, _) = live.swap_remove(i);
+                assert!(b.free(s));
+                assert!(!b.free(s));
+            }
+            let in_use: u64 = live.iter().map(|l| l.1).sum();
+            assert_eq!(b.in_use_bytes(), in_use);
+            high = high.max(in_use);
+            assert_eq!(b.high_water_bytes(), high);
+            assert!(b.largest_free() + in_use <= area);
+        }
+        rng.shuffle(&mut live);
+        for (s, _) in live {
+            assert!(b.free(s));
+        }
+        assert_eq!(b.in_use_bytes(), 0);
+        b
+    }
+
+    #[test]
+    fn buddy_random_against_model() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for (area, max_len) in [
+            (16 * MIB, 1 << 20),
+            (16 * MIB, 16 << 20),
+            (12 * MIB, 4 << 20),
+            (MIB + 5 * 4096, 256 << 10),
+            (4096, 4096),
+        ] {
+            let b = random_workload(&mut rng, area, max_len, 5000);
+            let top = 1u64 << (63 - area.leading_zeros());
+            assert_eq!(b.largest_free(), top);
+            assert_eq!(b.without_high_water(), Buddy::new(8 * MIB, area).unwrap());
+        }
+    }
+
+    #[test]
+    fn max_io_fits_once_everything_is_freed() {
+        let mut rng = Rng(42);
+        for (area, max_io) in [
+            (8 * MIB, 1u32 << 20),
+            (8 * MIB, 8 << 20),
+            (12 * MIB, 8 << 20),
+            (3 * MIB, 2 << 20),
+            (MIB + 4096, (1 << 20) - 4096),
+            (16 * MIB, (12 << 20) + 1),
+        ] {
+            assert!(area >= Buddy::block_size(max_io).unwrap());
+            for _ in 0..10 {
+                let mut b = random_workload(&mut rng, area, max_io, 500);
+                let s = b.alloc(max_io).expect("max I/O must fit");
+                assert!(b.free(s));
+            }
+        }
+    }
+}
