@@ -7,6 +7,7 @@
 
 #include <linux/gfp.h>
 #include <linux/highmem.h>
+#include <linux/inet.h>
 #include <linux/module.h>
 #include <linux/scatterlist.h>
 #include <net/net_namespace.h>
@@ -175,6 +176,44 @@ const char *rsrdma_nvmf_ctrl_subsysnqn(struct nvme_ctrl *ctrl)
 	return nvmf_ctrl_subsysnqn(ctrl);
 }
 
+/* A reference to @ctrl unless it is already being freed. */
+bool rsrdma_nvme_tryget_ctrl(struct nvme_ctrl *ctrl)
+{
+	return kobject_get_unless_zero(&ctrl->device->kobj) != NULL;
+}
+
+void rsrdma_nvme_auth_stop(struct nvme_ctrl *ctrl)
+{
+	nvme_auth_stop(ctrl);
+}
+
+/* Sets trsvcid when the user gave none, as the C rdma transport does (freed with the options). */
+int rsrdma_opts_default_trsvcid(struct nvmf_ctrl_options *opts, const char *trsvcid)
+{
+	if (opts->mask & NVMF_OPT_TRSVCID)
+		return 0;
+	opts->trsvcid = kstrdup(trsvcid, GFP_KERNEL);
+	if (!opts->trsvcid)
+		return -ENOMEM;
+	opts->mask |= NVMF_OPT_TRSVCID;
+	return 0;
+}
+
+void rsrdma_set_io_timeout(struct request_queue *q, unsigned int timeout_ms)
+{
+	blk_queue_rq_timeout(q, msecs_to_jiffies(timeout_ms));
+}
+
+int rsrdma_parse_addr(const char *addr, const char *port, struct __kernel_sockaddr_storage *out)
+{
+	return inet_pton_with_scope(&init_net, AF_UNSPEC, addr, port, out);
+}
+
+unsigned int rsrdma_num_online_cpus(void)
+{
+	return num_online_cpus();
+}
+
 void rsrdma_nvmf_complete_timed_out_request(struct request *rq)
 {
 	nvmf_complete_timed_out_request(rq);
@@ -303,6 +342,32 @@ struct scatterlist *rsrdma_sg_next(struct scatterlist *sg)
 	return sg_next(sg);
 }
 
+void rsrdma_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len)
+{
+	sg_dma_address(sg) = dma_addr;
+	sg_dma_len(sg) = len;
+}
+
+/* Interrupt-safe spinlock ---------------------------------------------------------------- */
+
+void rsrdma_spin_lock_init(spinlock_t *lock)
+{
+	spin_lock_init(lock);
+}
+
+unsigned long rsrdma_spin_lock_irqsave(spinlock_t *lock)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(lock, flags);
+	return flags;
+}
+
+void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
+{
+	spin_unlock_irqrestore(lock, flags);
+}
+
 /* Memory, work items, completions -------------------------------------------------------- */
 
 void *rsrdma_alloc_chunk(unsigned int order, int node)
@@ -358,6 +423,12 @@ bool rsrdma_queue_delayed_work(struct workqueue_struct *wq, struct delayed_work 
 	return queue_delayed_work(wq, dwork, msecs_to_jiffies(delay_ms));
 }
 
+bool rsrdma_mod_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
+			     unsigned int delay_ms)
+{
+	return mod_delayed_work(wq, dwork, msecs_to_jiffies(delay_ms));
+}
+
 void rsrdma_init_completion(struct completion *c)
 {
 	init_completion(c);
@@ -371,4 +442,9 @@ void rsrdma_reinit_completion(struct completion *c)
 long rsrdma_wait_for_completion_ms(struct completion *c, unsigned int timeout_ms)
 {
 	return wait_for_completion_timeout(c, msecs_to_jiffies(timeout_ms));
+}
+
+void rsrdma_flush_workqueue(struct workqueue_struct *wq)
+{
+	flush_workqueue(wq);
 }

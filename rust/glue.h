@@ -58,6 +58,12 @@ int rsrdma_nvme_ctrl_state(struct nvme_ctrl *ctrl);
 void rsrdma_nvme_get_ctrl(struct nvme_ctrl *ctrl);
 void rsrdma_nvme_put_ctrl(struct nvme_ctrl *ctrl);
 const char *rsrdma_nvmf_ctrl_subsysnqn(struct nvme_ctrl *ctrl);
+bool rsrdma_nvme_tryget_ctrl(struct nvme_ctrl *ctrl);
+void rsrdma_nvme_auth_stop(struct nvme_ctrl *ctrl);
+int rsrdma_opts_default_trsvcid(struct nvmf_ctrl_options *opts, const char *trsvcid);
+void rsrdma_set_io_timeout(struct request_queue *q, unsigned int timeout_ms);
+int rsrdma_parse_addr(const char *addr, const char *port, struct __kernel_sockaddr_storage *out);
+unsigned int rsrdma_num_online_cpus(void);
 void rsrdma_nvmf_complete_timed_out_request(struct request *rq);
 
 /* RDMA CM and verbs macros and inlines. */
@@ -92,6 +98,12 @@ void rsrdma_dma_sync_sg_for_device(struct ib_device *dev, struct scatterlist *sg
 				   enum dma_data_direction dir);
 void rsrdma_sg_set_buf(struct scatterlist *sg, const void *buf, unsigned int len);
 struct scatterlist *rsrdma_sg_next(struct scatterlist *sg);
+void rsrdma_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len);
+
+/* An interrupt-safe spinlock: 6.12's Rust SpinLock has no irqsave variant. */
+void rsrdma_spin_lock_init(spinlock_t *lock);
+unsigned long rsrdma_spin_lock_irqsave(spinlock_t *lock);
+void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 
 /* Memory, work items, completions. */
 void *rsrdma_alloc_chunk(unsigned int order, int node);
@@ -112,8 +124,11 @@ void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn,
 bool rsrdma_queue_work(struct workqueue_struct *wq, struct work_struct *work);
 bool rsrdma_queue_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
 			       unsigned int delay_ms);
+bool rsrdma_mod_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
+			     unsigned int delay_ms);
 void rsrdma_init_completion(struct completion *c);
 void rsrdma_reinit_completion(struct completion *c);
 long rsrdma_wait_for_completion_ms(struct completion *c, unsigned int timeout_ms);
+void rsrdma_flush_workqueue(struct workqueue_struct *wq);
 
 #endif /* RSRDMA_GLUE_H */

@@ -5,12 +5,17 @@
 //! pinned and unregister themselves on drop.
 
 use crate::bindings;
-use crate::glue::log_info;
+use crate::ctrl::{self, RdmaCtrl};
+use crate::glue::{log_err, log_info};
+use crate::nvme::Options;
+use crate::rdma::Device;
 use core::ptr::addr_of_mut;
+use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::error::to_result;
 use kernel::init::pin_init_from_closure;
 use kernel::c_str;
 use kernel::prelude::*;
+use kernel::sync::Mutex;
 use kernel::types::Opaque;
 
 /// Connect options the transport accepts beyond the core's common ones, as the C rdma
@@ -77,11 +82,131 @@ impl PinnedDrop for TransportRegistration {
 
 /// `create_ctrl` of the transport: called by the fabrics core for `nvme connect`.
 unsafe extern "C" fn create_ctrl(
-    _dev: *mut bindings::device,
-    _opts: *mut bindings::nvmf_ctrl_options,
+    dev: *mut bindings::device,
+    opts: *mut bindings::nvmf_ctrl_options,
 ) -> *mut bindings::nvme_ctrl {
-    crate::glue::log_err!(core::ptr::null(), "create_ctrl: not implemented yet");
-    Error::from_errno(-(kernel::bindings::EOPNOTSUPP as i32)).to_ptr()
+    let Some(reg) = registry() else {
+        return ENODEV.to_ptr();
+    };
+    // SAFETY: the core passes options it owns until `create_ctrl` returns (and, on success,
+    // until the controller frees them).
+    let opts = unsafe { Options::from_raw(opts) };
+    match RdmaCtrl::create(dev, opts, reg.ctrl_ops.get()) {
+        Ok(ctrl) => {
+            reg.list(ctrl);
+            ctrl.nvme().as_ptr()
+        }
+        Err(e) => e.to_ptr(),
+    }
+}
+
+/// A controller in the transport's list.
+#[derive(Clone, Copy)]
+struct CtrlRef(*const RdmaCtrl);
+
+// SAFETY: controllers are shared between contexts by design; the pointer is only dereferenced
+// under the registry lock or with a reference taken under it.
+unsafe impl Send for CtrlRef {}
+
+/// The transport's list of controllers and the controller operations handed to the core.
+#[pin_data]
+pub(crate) struct Registry {
+    #[pin]
+    ctrls: Mutex<KVec<CtrlRef>>,
+    #[pin]
+    ctrl_ops: Opaque<bindings::nvme_ctrl_ops>,
+}
+
+// SAFETY: the list is behind a mutex; the ops are immutable after initialization.
+unsafe impl Send for Registry {}
+// SAFETY: as above.
+unsafe impl Sync for Registry {}
+
+static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(core::ptr::null_mut());
+
+fn registry() -> Option<&'static Registry> {
+    // SAFETY: set while the module's `Registry` box is alive (published before the transport is
+    // registered, cleared after it is unregistered and every controller is gone).
+    unsafe { REGISTRY.load(Ordering::Acquire).as_ref() }
+}
+
+impl Registry {
+    pub(crate) fn new(name: &'static CStr, module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            ctrls <- kernel::new_mutex!(KVec::new()),
+            ctrl_ops: Opaque::new(ctrl::ctrl_ops(name, module.as_ptr().cast())),
+        }? Error)
+    }
+
+    /// Makes the registry reachable from the callbacks.
+    pub(crate) fn publish(self: Pin<&Self>) {
+        REGISTRY.store(&*self as *const Self as *mut Self, Ordering::Release);
+    }
+
+    fn list(&self, ctrl: &RdmaCtrl) {
+        let mut ctrls = self.ctrls.lock();
+        if ctrls.push(CtrlRef(ctrl), GFP_KERNEL).is_ok() {
+            ctrl.listed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Takes a reference to every listed controller (skipping those being freed).
+    fn get_all(&self) -> KVec<CtrlRef> {
+        let ctrls = self.ctrls.lock();
+        let mut out = KVec::new();
+        for c in ctrls.iter() {
+            // SAFETY: listed controllers are alive until `unlist`, which needs the lock.
+            let ctrl = unsafe { &*c.0 };
+            if ctrl.nvme().tryget() && out.push(*c, GFP_KERNEL).is_err() {
+                ctrl.nvme().put();
+            }
+        }
+        out
+    }
+
+    /// Deletes every controller and waits for the deletions (module unload).
+    pub(crate) fn delete_all(&self) {
+        for c in self.get_all() {
+            // SAFETY: referenced by `get_all`.
+            let ctrl = unsafe { &*c.0 };
+            ctrl.nvme().delete();
+            ctrl.nvme().put();
+        }
+        // SAFETY: the core's delete workqueue.
+        unsafe { bindings::rsrdma_flush_workqueue(bindings::nvme_delete_wq) };
+        let left = self.ctrls.lock().len();
+        if left != 0 {
+            log_err!(core::ptr::null(), "{} controllers still referenced at unload", left);
+        }
+    }
+
+    pub(crate) fn unpublish(&self) {
+        REGISTRY.store(core::ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// Removes a controller that is being freed from the list.
+pub(crate) fn unlist(ctrl: &RdmaCtrl) {
+    if let Some(reg) = registry() {
+        let mut ctrls = reg.ctrls.lock();
+        if let Some(i) = ctrls.iter().position(|c| core::ptr::eq(c.0, ctrl)) {
+            let last = ctrls.len() - 1;
+            ctrls.swap(i, last);
+            // SAFETY: shrinking by one; `CtrlRef` is `Copy`, nothing to drop.
+            unsafe { ctrls.set_len(last) };
+        }
+    }
+}
+
+/// Whether a controller with the same association (host NQN and ID, addresses, subsystem)
+/// exists, for `duplicate_connect`.
+pub(crate) fn existing_controller(opts: Options) -> bool {
+    let Some(reg) = registry() else { return false };
+    let ctrls = reg.ctrls.lock();
+    ctrls.iter().any(|c| {
+        // SAFETY: listed controllers are alive while the lock is held; `opts` is valid.
+        unsafe { bindings::nvmf_ip_options_match((*c.0).nvme().as_ptr(), opts.as_ptr()) }
+    })
 }
 
 /// The RDMA client: told when RDMA devices come and go.
@@ -128,16 +253,35 @@ impl PinnedDrop for ClientRegistration {
     }
 }
 
-fn device_name(dev: *mut bindings::ib_device) -> &'static CStr {
-    // SAFETY: the RDMA core passes a registered device whose name outlives the callback.
-    unsafe { CStr::from_char_ptr(bindings::rsrdma_ibdev_name(dev)) }
-}
-
 unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
-    log_info!(core::ptr::null(), "RDMA device {} added", device_name(dev));
+    let Some(dev) = Device::from_raw(dev) else { return 0 };
+    log_info!(core::ptr::null(), "RDMA device {} added", dev.name());
+    // A controller waiting for its device tries again now rather than at its next attempt.
+    if let Some(reg) = registry() {
+        for c in reg.get_all() {
+            // SAFETY: referenced by `get_all`.
+            let ctrl = unsafe { &*c.0 };
+            ctrl.block_device(None);
+            ctrl.kick_reconnect();
+            ctrl.nvme().put();
+        }
+    }
     0
 }
 
 unsafe extern "C" fn device_remove(dev: *mut bindings::ib_device, _client_data: *mut kernel::ffi::c_void) {
-    log_info!(core::ptr::null(), "RDMA device {} removed", device_name(dev));
+    let Some(dev) = Device::from_raw(dev) else { return };
+    let mut users = 0;
+    if let Some(reg) = registry() {
+        for c in reg.get_all() {
+            // SAFETY: referenced by `get_all`.
+            let ctrl = unsafe { &*c.0 };
+            if ctrl.device() == Some(dev) || ctrl.nvme().state() == crate::nvme::State::Connecting {
+                users += 1;
+                ctrl.device_removed(dev);
+            }
+            ctrl.nvme().put();
+        }
+    }
+    log_info!(core::ptr::null(), "RDMA device {} removed ({} controllers released it)", dev.name(), users);
 }

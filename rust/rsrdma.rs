@@ -5,15 +5,29 @@
 //! The transport registers with the NVMe fabrics core as `rsrdma` (or as `rdma` with
 //! `dropin=1`) and with the RDMA core as an `ib_client`.
 
+#![recursion_limit = "256"]
+
 use kernel::c_str;
 use kernel::prelude::*;
 
 mod bindings;
+mod ctrl;
+mod errno;
 mod glue;
+mod mq;
+mod nvme;
+mod options;
+mod pool;
+#[path = "proto/mod.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod proto;
+mod queue;
+mod rdma;
 mod registration;
+mod sync;
 
 use glue::log_info;
-use registration::{ClientRegistration, TransportRegistration};
+use registration::{ClientRegistration, Registry, TransportRegistration};
 
 module! {
     type: RsRdma,
@@ -25,25 +39,33 @@ module! {
 }
 
 struct RsRdma {
-    // Dropped in declaration order: the transport goes first so no new controller can be
-    // created once the RDMA client is being removed.
-    _transport: Pin<KBox<TransportRegistration>>,
-    _client: Pin<KBox<ClientRegistration>>,
+    transport: Option<Pin<KBox<TransportRegistration>>>,
+    client: Option<Pin<KBox<ClientRegistration>>>,
+    registry: Pin<KBox<Registry>>,
 }
 
 impl kernel::Module for RsRdma {
     fn init(module: &'static ThisModule) -> Result<Self> {
         let name = if glue::dropin() { c_str!("rdma") } else { c_str!("rsrdma") };
         log_info!(core::ptr::null(), "loading, transport \"{}\"", name);
-        let client = KBox::pin_init(ClientRegistration::new(), GFP_KERNEL)?;
-        let transport = KBox::pin_init(TransportRegistration::new(name, module), GFP_KERNEL)?;
+        let registry = KBox::pin_init(Registry::new(name, module), GFP_KERNEL)?;
+        registry.as_ref().publish();
+        let client = KBox::pin_init(ClientRegistration::new(), GFP_KERNEL).inspect_err(|_| registry.unpublish())?;
+        let transport =
+            KBox::pin_init(TransportRegistration::new(name, module), GFP_KERNEL).inspect_err(|_| registry.unpublish())?;
         log_info!(core::ptr::null(), "fabrics transport \"{}\" registered", name);
-        Ok(RsRdma { _transport: transport, _client: client })
+        Ok(RsRdma { transport: Some(transport), client: Some(client), registry })
     }
 }
 
 impl Drop for RsRdma {
     fn drop(&mut self) {
         log_info!(core::ptr::null(), "unloading");
+        // No new controllers, then delete the existing ones, then stop hearing about devices.
+        drop(self.transport.take());
+        self.registry.delete_all();
+        drop(self.client.take());
+        self.registry.unpublish();
+        log_info!(core::ptr::null(), "unloaded");
     }
 }

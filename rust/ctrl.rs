@@ -1,0 +1,920 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The controller: creation from connect options, set-up and teardown of its queues and of its
+//! registered pool, error recovery and reconnection, and the `nvme_ctrl_ops` of the core.
+//!
+//! The sequence follows the C transport (drivers/nvme/host/rdma.c) where the core expects it;
+//! what differs: one registered pool per controller instead of per-I/O memory registration,
+//! every wait bounded, the first reconnect attempt immediate, and RDMA device removal turned
+//! into a reconnect instead of a deletion.
+
+use crate::bindings;
+use crate::errno;
+use crate::glue::{dbg_event, log_err, log_info, log_warn};
+use crate::mq::{ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
+use crate::nvme::{Ctrl, Options, State};
+use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
+use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
+use crate::queue::{Queue, ADMIN_DEPTH};
+use crate::rdma::{Device, Pd};
+use crate::sync::ConnCell;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use kernel::c_str;
+use kernel::error::to_result;
+use kernel::prelude::*;
+use kernel::sync::Mutex;
+use kernel::time::Ktime;
+use kernel::types::Opaque;
+
+/// Largest queue size the transport uses (as NVME_RDMA_MAX_QUEUE_SIZE).
+const MAX_QUEUE_SIZE: u32 = 256;
+/// How long to wait for I/O to drain when the number of queues changes on reconnect.
+const FREEZE_TIMEOUT_MS: u32 = 30_000;
+/// NVMe status bit "Do Not Retry".
+const NVME_STATUS_DNR: i32 = 0x4000;
+const HCTX_MAX_TYPES: usize = bindings::hctx_type_HCTX_MAX_TYPES as usize;
+
+/// Why setting up failed: an errno, or an NVMe status (which may forbid retrying).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Failure {
+    errno: Error,
+    dnr: bool,
+}
+
+impl From<Error> for Failure {
+    fn from(errno: Error) -> Self {
+        Self { errno, dnr: false }
+    }
+}
+
+/// Turns the return value of a core function that may return an NVMe status into a result.
+fn status_result(ret: i32) -> Result<(), Failure> {
+    match ret {
+        0 => Ok(()),
+        r if r < 0 => Err(Error::from_errno(r).into()),
+        r => Err(Failure { errno: EIO, dnr: r & NVME_STATUS_DNR != 0 }),
+    }
+}
+
+/// The controller's resources on its current RDMA device. Field order is drop order: the pool
+/// MR is deregistered (its RKEY invalidated) before the protection domain goes.
+struct CtrlConn {
+    reg: Option<PoolReg>,
+    pd: Pd,
+    dev: Device,
+}
+
+/// Reconnect bookkeeping, used only from the controller's work items.
+struct Recovery {
+    policy: Policy,
+    current: Option<Reconnect>,
+    lost_at: Option<Ktime>,
+    last_rkey: u32,
+}
+
+/// An NVMe over RDMA controller.
+#[pin_data]
+pub(crate) struct RdmaCtrl {
+    #[pin]
+    nctrl: Opaque<bindings::nvme_ctrl>,
+    #[pin]
+    admin_tag_set: Opaque<bindings::blk_mq_tag_set>,
+    #[pin]
+    tag_set: Opaque<bindings::blk_mq_tag_set>,
+    #[pin]
+    err_work: Opaque<bindings::work_struct>,
+    #[pin]
+    reconnect_work: Opaque<bindings::delayed_work>,
+    /// Queue 0 is the admin queue. Dropped before `conn` and `pool`.
+    queues: KVec<Pin<KBox<Queue>>>,
+    conn: ConnCell<CtrlConn>,
+    #[pin]
+    pool: Pool,
+    addr: bindings::__kernel_sockaddr_storage,
+    src_addr: Option<bindings::__kernel_sockaddr_storage>,
+    io_queues: [AtomicU32; HCTX_MAX_TYPES],
+    use_inline: AtomicBool,
+    inline_size: AtomicU32,
+    slot_size: u32,
+    blocked_dev: AtomicPtr<bindings::ib_device>,
+    /// In the transport's controller list (creation completed).
+    pub(crate) listed: AtomicBool,
+    #[pin]
+    recovery: Mutex<Recovery>,
+    pub(crate) reconnects: AtomicU64,
+}
+
+// SAFETY: the embedded core structures are designed for concurrent use under the core's own
+// locking; our own state is atomic, locked, or in `ConnCell`s with the documented discipline.
+unsafe impl Send for RdmaCtrl {}
+// SAFETY: as above.
+unsafe impl Sync for RdmaCtrl {}
+
+/// Parses an address option into a socket address.
+fn parse_addr(addr: &CStr, port: Option<&CStr>) -> Result<bindings::__kernel_sockaddr_storage> {
+    let mut ss = bindings::__kernel_sockaddr_storage::default();
+    // SAFETY: valid NUL-terminated strings (or null port) and an output buffer of the right
+    // type.
+    to_result(unsafe {
+        bindings::rsrdma_parse_addr(addr.as_char_ptr(), port.map_or(core::ptr::null(), |p| p.as_char_ptr()), &mut ss)
+    })?;
+    Ok(ss)
+}
+
+impl RdmaCtrl {
+    /// The transport's controller of a core controller handed to one of our callbacks.
+    ///
+    /// # Safety
+    ///
+    /// `nctrl` must be the `nvme_ctrl` embedded in a live `RdmaCtrl`.
+    pub(crate) unsafe fn from_nvme<'a>(nctrl: *mut bindings::nvme_ctrl) -> &'a RdmaCtrl {
+        // SAFETY: per the contract, `nctrl` is the first field of a pinned `RdmaCtrl`... it is
+        // located with `container_of` arithmetic on the field offset.
+        unsafe { &*(nctrl.cast::<u8>().sub(core::mem::offset_of!(RdmaCtrl, nctrl)) as *const RdmaCtrl) }
+    }
+
+    pub(crate) fn nvme(&self) -> Ctrl {
+        // SAFETY: initialized by `nvme_init_ctrl` in `create` before any use, alive with `self`.
+        unsafe { Ctrl::from_raw(self.nctrl.get()) }
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) fn queue(&self, qid: u16) -> &Queue {
+        &self.queues[qid as usize]
+    }
+
+    pub(crate) fn try_queue(&self, qid: u16) -> Option<&Queue> {
+        self.queues.get(qid as usize).map(|q| &**q)
+    }
+
+    pub(crate) fn addr(&self) -> &bindings::__kernel_sockaddr_storage {
+        &self.addr
+    }
+
+    pub(crate) fn src_addr(&self) -> Option<&bindings::__kernel_sockaddr_storage> {
+        self.src_addr.as_ref()
+    }
+
+    pub(crate) fn io_tag_set(&self) -> *mut bindings::blk_mq_tag_set {
+        self.tag_set.get()
+    }
+
+    /// The blk-mq tags of queue `qid`.
+    pub(crate) fn tags(&self, qid: u16) -> *mut bindings::blk_mq_tags {
+        // SAFETY: the tag sets are allocated before any queue carries commands and freed after
+        // the last one stopped; `tags` has one entry per hardware queue.
+        unsafe {
+            if qid == 0 {
+                *(*self.admin_tag_set.get()).tags
+            } else {
+                *(*self.tag_set.get()).tags.add(qid as usize - 1)
+            }
+        }
+    }
+
+    pub(crate) fn io_queues(&self) -> [u32; HCTX_MAX_TYPES] {
+        core::array::from_fn(|i| self.io_queues[i].load(Ordering::Relaxed))
+    }
+
+    /// Whether `qid` is a poll queue (after the default and read queues).
+    pub(crate) fn is_poll_queue(&self, qid: u16) -> bool {
+        let q = self.io_queues();
+        qid as u32 > q[bindings::hctx_type_HCTX_TYPE_DEFAULT as usize] + q[bindings::hctx_type_HCTX_TYPE_READ as usize]
+    }
+
+    /// Whether a write of `len` bytes on queue `qid` goes in the command capsule.
+    pub(crate) fn inline_fits(&self, qid: u16, len: u32) -> bool {
+        qid != 0 && self.use_inline.load(Ordering::Relaxed) && len <= self.inline_size.load(Ordering::Relaxed)
+    }
+
+    /// The pool registration of the current connection.
+    ///
+    /// # Safety
+    ///
+    /// As for [`ConnCell::get`]: called on the I/O path of a connected queue, or by the
+    /// controller's set-up/teardown work.
+    pub(crate) unsafe fn reg(&self) -> Option<&PoolReg> {
+        // SAFETY: per the contract.
+        unsafe { self.conn.get() }.and_then(|c| c.reg.as_ref())
+    }
+
+    /// The device the controller is connected through, if any.
+    pub(crate) fn device(&self) -> Option<Device> {
+        // SAFETY: a read of a `Copy` field; callers (the ib_client remove callback) hold a
+        // controller reference and only compare it.
+        unsafe { self.conn.get() }.map(|c| c.dev)
+    }
+
+    pub(crate) fn device_blocked(&self, dev: Device) -> bool {
+        self.blocked_dev.load(Ordering::Acquire) == dev.as_ptr()
+    }
+
+    pub(crate) fn block_device(&self, dev: Option<Device>) {
+        self.blocked_dev.store(dev.map_or(core::ptr::null_mut(), |d| d.as_ptr()), Ordering::Release);
+    }
+
+    /// The protection domain for queue `qid` on `dev`: the admin queue creates it, the I/O
+    /// queues must resolve to the same device. Called from the set-up work only.
+    pub(crate) fn pd_for(&self, qid: u16, dev: Device) -> Result<&Pd> {
+        if self.device_blocked(dev) {
+            log_info!(self.nvme().as_ptr(), "RDMA device {} is being removed, not using it", dev.name());
+            return Err(ENODEV);
+        }
+        // SAFETY: set-up work context (see `ConnCell`).
+        if let Some(c) = unsafe { self.conn.get() } {
+            if c.dev != dev {
+                log_err!(self.nvme().as_ptr(), "queue {} resolved to {}, not {}: all queues must use one RDMA device",
+                    qid, dev.name(), c.dev.name());
+                return Err(EINVAL);
+            }
+            return Ok(&c.pd);
+        }
+        if qid != 0 {
+            return Err(errno::ENOTCONN());
+        }
+        if !dev.has_mem_mgt_extensions() {
+            log_err!(self.nvme().as_ptr(), "RDMA device {} has no memory registration work requests", dev.name());
+            return Err(errno::EOPNOTSUPP());
+        }
+        let pd = Pd::new(dev)?;
+        // SAFETY: set-up work, no connection installed: nothing else uses the cell.
+        unsafe { self.conn.replace(Some(CtrlConn { reg: None, pd, dev })) };
+        // SAFETY: as above.
+        Ok(&unsafe { self.conn.get() }.ok_or(ENOMEM)?.pd)
+    }
+
+    // --- Creation ---------------------------------------------------------------------------
+
+    /// Creates and connects a controller for `opts` (`create_ctrl` of the transport).
+    pub(crate) fn create(
+        dev: *mut bindings::device,
+        opts: Options,
+        ops: *const bindings::nvme_ctrl_ops,
+    ) -> Result<&'static RdmaCtrl> {
+        crate::options::validate(opts)?;
+        opts.default_trsvcid(c_str!("4420"))?;
+        let traddr = opts.traddr().ok_or(EINVAL)?;
+        let addr = parse_addr(traddr, opts.trsvcid()).inspect_err(|_| {
+            log_err!(core::ptr::null(), "traddr: malformed address {}:{}", traddr, opts.trsvcid().unwrap_or(c_str!("")));
+        })?;
+        let src_addr = match opts.host_traddr() {
+            Some(h) => Some(parse_addr(h, None).inspect_err(|_| {
+                log_err!(core::ptr::null(), "host_traddr: malformed source address {}", h);
+            })?),
+            None => None,
+        };
+        if !opts.duplicate_connect() && crate::registration::existing_controller(opts) {
+            log_err!(core::ptr::null(), "already connected to {} at {}:{} (use duplicate_connect to force)",
+                opts.subsysnqn().unwrap_or(c_str!("")), traddr, opts.trsvcid().unwrap_or(c_str!("")));
+            return Err(errno::EALREADY());
+        }
+        let policy = Policy::from_opts(opts.reconnect_delay() as i32, Self::ctrl_loss_tmo(opts)).map_err(|m| {
+            log_err!(core::ptr::null(), "reconnect_delay/ctrl_loss_tmo: {}", m);
+            EINVAL
+        })?;
+
+        let io_depth = (opts.queue_size() as u32).min(MAX_QUEUE_SIZE);
+        let nr_io = opts.total_io_queues();
+        let slot_size = crate::glue::slot_bytes().next_power_of_two().clamp(512, 1 << 20);
+        let io_large = crate::glue::io_pool_bytes().clamp(u64::from(MAX_IO_BYTES), 16 << 20);
+        let cfg = PoolConfig { nr_io_queues: nr_io as u16, io_depth, slot_size, io_large, numa_node: -1 };
+        let pool = Pool::new(&cfg)?;
+
+        let ctrl = KBox::try_pin_init(
+            try_pin_init!(&this in RdmaCtrl {
+                // SAFETY: zeroed, as the core expects before `nvme_init_ctrl` (the C transports
+                // kzalloc it), plus the fields a transport sets first.
+                nctrl <- Opaque::ffi_init(|n: *mut bindings::nvme_ctrl| unsafe {
+                    n.write_bytes(0, 1);
+                    (*n).opts = opts.as_ptr();
+                    (*n).queue_count = nr_io + 1;
+                    (*n).sqsize = (io_depth - 1) as u16;
+                    (*n).kato = opts.kato();
+                }),
+                // SAFETY: zeroed, for the core's tag set helpers to fill.
+                admin_tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
+                // SAFETY: as above.
+                tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
+                // SAFETY: the glue initializes the work item in place.
+                err_work <- Opaque::ffi_init(|w| unsafe {
+                    bindings::rsrdma_init_work(w, Some(error_recovery_work),
+                        bindings::rsrdma_work_class_RSRDMA_WORK_ERROR_RECOVERY)
+                }),
+                // SAFETY: as above.
+                reconnect_work <- Opaque::ffi_init(|w| unsafe {
+                    bindings::rsrdma_init_delayed_work(w, Some(reconnect_work),
+                        bindings::rsrdma_work_class_RSRDMA_WORK_RECONNECT)
+                }),
+                queues: {
+                    let mut v = KVec::with_capacity(nr_io as usize + 1, GFP_KERNEL)?;
+                    for qid in 0..=nr_io as u16 {
+                        let depth = if qid == 0 { ADMIN_DEPTH } else { io_depth };
+                        v.push(KBox::pin_init(Queue::new(this.as_ptr(), qid, depth)?, GFP_KERNEL)?, GFP_KERNEL)?;
+                    }
+                    v
+                },
+                conn: ConnCell::new(),
+                pool <- pool,
+                addr,
+                src_addr,
+                io_queues: Default::default(),
+                use_inline: AtomicBool::new(false),
+                inline_size: AtomicU32::new(0),
+                slot_size,
+                blocked_dev: AtomicPtr::new(core::ptr::null_mut()),
+                listed: AtomicBool::new(false),
+                recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkey: 0 }),
+                reconnects: AtomicU64::new(0),
+            }? Error),
+            GFP_KERNEL,
+        )?;
+
+        // SAFETY: the core's work item of our controller, initialized here as the core expects
+        // from transports.
+        unsafe {
+            bindings::rsrdma_init_work(ctrl.nvme().reset_work(), Some(reset_work), bindings::rsrdma_work_class_RSRDMA_WORK_RESET)
+        };
+        // SAFETY: `nctrl` is zeroed apart from the fields set above; `ops` is static.
+        to_result(unsafe { bindings::nvme_init_ctrl(ctrl.nctrl.get(), dev, ops, 0) })?;
+        // From here the core owns the memory: it frees it through `free_ctrl` on the last put.
+        // SAFETY: the box is not moved or freed until `free_ctrl`.
+        let ctrl: &'static RdmaCtrl = unsafe { &*KBox::into_raw(Pin::into_inner_unchecked(ctrl)) };
+        let n = ctrl.nvme();
+        // SAFETY: initialized controller.
+        if let Err(e) = to_result(unsafe { bindings::nvme_add_ctrl(n.as_ptr()) }) {
+            n.put();
+            return Err(e);
+        }
+        if !n.change_state(State::Connecting) {
+            log_warn!(n.as_ptr(), "could not move a new controller to CONNECTING");
+        }
+        if let Err(f) = ctrl.setup(true) {
+            n.uninit();
+            n.put();
+            return Err(f.errno);
+        }
+        log_info!(n.as_ptr(), "new ctrl: NQN \"{}\", addr {}:{}, hostnqn: {}, {} I/O queues of depth {}, pool {} KiB",
+            n.subsysnqn(), traddr, opts.trsvcid().unwrap_or(c_str!("")), opts.hostnqn().unwrap_or(c_str!("")),
+            n.queue_count() - 1, u32::from(n.sqsize()) + 1, ctrl.pool.total_size() >> 10);
+        Ok(ctrl)
+    }
+
+    /// ctrl_loss_tmo as the core keeps it: max_reconnects attempts of reconnect_delay.
+    fn ctrl_loss_tmo(opts: Options) -> i32 {
+        match opts.max_reconnects() {
+            -1 => -1,
+            n => n.saturating_mul(opts.reconnect_delay() as i32),
+        }
+    }
+
+    // --- Set-up and teardown ------------------------------------------------------------------
+
+    /// Connects the controller: admin queue, pool registration, controller enable and identify,
+    /// I/O queues, LIVE. On failure everything set up here is released again.
+    fn setup(&self, new: bool) -> Result<(), Failure> {
+        self.configure_admin(new)?;
+        let res = self.setup_after_admin(new);
+        if res.is_err() {
+            self.nvme().stop_keep_alive();
+            self.teardown_admin(new);
+        }
+        res
+    }
+
+    fn setup_after_admin(&self, new: bool) -> Result<(), Failure> {
+        let mut n = self.nvme();
+        let nptr = n.as_ptr();
+        if n.icdoff() != 0 {
+            log_err!(nptr, "icdoff is not supported");
+            return Err(errno::EOPNOTSUPP().into());
+        }
+        if n.sgls() & (1 << 2) == 0 {
+            log_err!(nptr, "the controller does not support keyed SGLs, which NVMe/RDMA requires");
+            return Err(errno::EOPNOTSUPP().into());
+        }
+        let opts = n.opts();
+        if opts.queue_size() > usize::from(n.sqsize()) + 1 {
+            log_warn!(nptr, "queue_size {} > ctrl sqsize {}, clamping down", opts.queue_size(), u32::from(n.sqsize()) + 1);
+        }
+        if u32::from(n.sqsize()) + 1 > MAX_QUEUE_SIZE {
+            log_warn!(nptr, "ctrl sqsize {} > max queue size {}, clamping down", u32::from(n.sqsize()) + 1, MAX_QUEUE_SIZE);
+            n.set_sqsize((MAX_QUEUE_SIZE - 1) as u16);
+        }
+        if n.maxcmd() != 0 && n.sqsize() + 1 > n.maxcmd() {
+            log_warn!(nptr, "sqsize {} > ctrl maxcmd {}, clamping down", u32::from(n.sqsize()) + 1, n.maxcmd());
+            n.set_sqsize(n.maxcmd() - 1);
+        }
+        let inline = n.sgls() & (1 << 20) != 0;
+        let inline_size = n.ioccsz_bytes().saturating_sub(crate::proto::capsule::SQE_SIZE as u32).min(self.slot_size);
+        self.use_inline.store(inline && inline_size > 0, Ordering::Relaxed);
+        self.inline_size.store(inline_size, Ordering::Relaxed);
+
+        if n.queue_count() > 1 {
+            self.configure_io(new)?;
+        }
+        if !n.change_state(State::Live) {
+            // Only allowed if deletion started meanwhile (not for a new controller).
+            log_info!(nptr, "controller state changed during set-up ({:?}), not going live", n.state());
+            if n.queue_count() > 1 {
+                self.teardown_io(new);
+            }
+            return Err(EINVAL.into());
+        }
+        n.start();
+        Ok(())
+    }
+
+    fn configure_admin(&self, new: bool) -> Result<(), Failure> {
+        let mut n = self.nvme();
+        let nptr = n.as_ptr();
+        let admin = self.queue(0);
+        if let Err(e) = admin.connect(ADMIN_DEPTH) {
+            self.release_conn();
+            return Err(e.into());
+        }
+        let res = (|| -> Result<(), Failure> {
+            self.register_pool()?;
+            if let Some(dev) = self.device() {
+                n.set_numa_node(dev.numa_node());
+            }
+            if new {
+                // SAFETY: our controller and admin tag set; the ops are static.
+                status_result(unsafe {
+                    bindings::nvme_alloc_admin_tag_set(nptr, self.admin_tag_set.get(), &ADMIN_MQ_OPS, REQUEST_SIZE)
+                })?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            admin.stop();
+            admin.free();
+            self.release_conn();
+            return Err(e);
+        }
+
+        let res = (|| -> Result<(), Failure> {
+            status_result(self.start_queue(0))?;
+            let enabled = n.enable();
+            if let Err(e) = enabled {
+                admin.stop();
+                n.cancel_admin_tagset();
+                return Err(e.into());
+            }
+            // The transport's own limits; the core clamps them to the controller's MDTS.
+            n.set_limits(MAX_IO_BYTES >> 9, MAX_IO_BYTES / kernel::page::PAGE_SIZE as u32 + 1);
+            n.unquiesce_admin();
+            if let Err(e) = n.init_finish() {
+                n.quiesce_admin();
+                n.sync_admin_queue();
+                admin.stop();
+                n.cancel_admin_tagset();
+                return Err(e.into());
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            if new {
+                n.remove_admin_tag_set();
+            }
+            admin.free();
+            self.release_conn();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Maps and registers the pool on the admin queue's connection.
+    fn register_pool(&self) -> Result {
+        // SAFETY: set-up work context (see `ConnCell`).
+        let c = unsafe { self.conn.get() }.ok_or(errno::ENOTCONN())?;
+        let reg = self.pool.map(c.dev, &c.pd)?;
+        self.queue(0).register_pool(&reg)?;
+        let rkey = reg.mr().rkey();
+        let (iova, len) = (reg.mr().iova(), reg.mr().length());
+        // SAFETY: set-up work; the connection is ours alone until the queues go live.
+        let mut c = unsafe { self.conn.replace(None) }.ok_or(errno::ENOTCONN())?;
+        c.reg = Some(reg);
+        // SAFETY: as above.
+        unsafe { self.conn.replace(Some(c)) };
+        let mut rec = self.recovery.lock();
+        if rec.last_rkey != 0 && rec.last_rkey != rkey {
+            log_info!(self.nvme().as_ptr(), "pool re-registered: rkey {:#x} -> {:#x}", rec.last_rkey, rkey);
+        }
+        rec.last_rkey = rkey;
+        dbg_event!(Pool, self.nvme().as_ptr(), "registered {} KiB at iova {:#x} length {} with rkey {:#x}",
+            self.pool.total_size() >> 10, iova, len, rkey);
+        Ok(())
+    }
+
+    /// Deregisters the pool (invalidating its RKEY) and releases the protection domain.
+    fn release_conn(&self) {
+        // SAFETY: teardown work: every queue was stopped and freed before.
+        let Some(c) = (unsafe { self.conn.replace(None) }) else { return };
+        if let Some(reg) = &c.reg {
+            dbg_event!(Pool, self.nvme().as_ptr(), "invalidating rkey {:#x} (MR deregistered)", reg.mr().rkey());
+        }
+        drop(c);
+    }
+
+    /// Sends the Fabrics Connect of queue `qid` and marks it live.
+    fn start_queue(&self, qid: u16) -> i32 {
+        let n = self.nvme();
+        let queue = self.queue(qid);
+        let ret = if qid == 0 {
+            // SAFETY: our controller, admin queue connected.
+            unsafe { bindings::nvmf_connect_admin_queue(n.as_ptr()) }
+        } else {
+            // SAFETY: our controller, queue `qid` connected.
+            unsafe { bindings::nvmf_connect_io_queue(n.as_ptr(), qid) }
+        };
+        if ret == 0 {
+            queue.set_live();
+        } else {
+            queue.stop();
+            log_info!(n.as_ptr(), "failed to connect queue: {} ret={}", qid, ret);
+        }
+        ret
+    }
+
+    fn start_io_queues(&self, first: u16, last: u16) -> Result<(), Failure> {
+        for qid in first..last {
+            if let Err(e) = status_result(self.start_queue(qid)) {
+                for q in (first..qid).rev() {
+                    self.queue(q).stop();
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn free_io_queues(&self) {
+        for q in self.queues.iter().skip(1) {
+            q.free();
+        }
+    }
+
+    fn stop_io_queues(&self) {
+        for q in self.queues.iter().skip(1) {
+            q.stop();
+        }
+    }
+
+    fn configure_io(&self, new: bool) -> Result<(), Failure> {
+        let mut n = self.nvme();
+        let nptr = n.as_ptr();
+        let opts = n.opts();
+        let cpus = kernel_num_online_cpus();
+        let wanted = opts.nr_io_queues().min(cpus) + opts.nr_write_queues().min(cpus) + opts.nr_poll_queues().min(cpus);
+        let granted = n.negotiate_queue_count(wanted)?;
+        if granted == 0 {
+            log_err!(nptr, "unable to set any I/O queues");
+            return Err(ENOMEM.into());
+        }
+        let count = granted.min(self.queues.len() as u32 - 1);
+        n.set_queue_count(count + 1);
+        log_info!(nptr, "creating {} I/O queues.", count);
+        let mut io_queues = [0u32; HCTX_MAX_TYPES];
+        // SAFETY: valid options and an array of HCTX_MAX_TYPES entries.
+        unsafe { bindings::nvmf_set_io_queues(opts.as_ptr(), count, io_queues.as_mut_ptr()) };
+        for (slot, v) in self.io_queues.iter().zip(io_queues) {
+            slot.store(v, Ordering::Relaxed);
+        }
+
+        let depth = u32::from(n.sqsize()) + 1;
+        for qid in 1..=count as u16 {
+            if let Err(e) = self.queue(qid).connect(depth) {
+                self.free_io_queues();
+                return Err(e.into());
+            }
+        }
+
+        if new {
+            let nr_maps = if opts.nr_poll_queues() > 0 { HCTX_MAX_TYPES as u32 } else { 2 };
+            // SAFETY: our controller and I/O tag set; the ops are static.
+            if let Err(e) = status_result(unsafe {
+                bindings::nvme_alloc_io_tag_set(nptr, self.tag_set.get(), &IO_MQ_OPS, nr_maps, REQUEST_SIZE)
+            }) {
+                self.free_io_queues();
+                return Err(e);
+            }
+        }
+
+        // Start only the queues the tag set has hardware queues for: on reconnect their
+        // number may have changed.
+        // SAFETY: the I/O tag set is allocated.
+        let hw_queues = unsafe { (*self.tag_set.get()).nr_hw_queues };
+        let nr_queues = (hw_queues + 1).min(n.queue_count()) as u16;
+        let res = (|| -> Result<(), Failure> {
+            self.start_io_queues(1, nr_queues)?;
+            if !new {
+                n.start_freeze();
+                n.unquiesce_io();
+                if !n.wait_freeze_timeout(FREEZE_TIMEOUT_MS) {
+                    // Likely stuck: fail this attempt to be safe.
+                    n.unfreeze();
+                    return Err(ENODEV.into());
+                }
+                n.update_nr_hw_queues(n.queue_count() - 1);
+                n.unfreeze();
+            }
+            // If the number of queues grew, start the new ones now.
+            // SAFETY: as above.
+            let hw_queues = unsafe { (*self.tag_set.get()).nr_hw_queues };
+            self.start_io_queues(nr_queues, (hw_queues + 1).min(n.queue_count()) as u16)
+        })();
+        if let Err(e) = res {
+            n.quiesce_io();
+            n.sync_io_queues();
+            self.stop_io_queues();
+            n.cancel_tagset();
+            if new {
+                n.remove_io_tag_set();
+            }
+            self.free_io_queues();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn teardown_admin(&self, remove: bool) {
+        let n = self.nvme();
+        n.quiesce_admin();
+        n.sync_admin_queue();
+        self.queue(0).stop();
+        n.cancel_admin_tagset();
+        if remove {
+            n.unquiesce_admin();
+            n.remove_admin_tag_set();
+        }
+        // The async event request uses the admin queue.
+        // SAFETY: the core's work item of our controller.
+        unsafe { bindings::cancel_work_sync(n.async_event_work()) };
+        self.queue(0).free();
+        self.release_conn();
+    }
+
+    fn teardown_io(&self, remove: bool) {
+        let n = self.nvme();
+        if n.queue_count() <= 1 {
+            return;
+        }
+        n.quiesce_io();
+        n.sync_io_queues();
+        self.stop_io_queues();
+        n.cancel_tagset();
+        if remove {
+            n.unquiesce_io();
+            n.remove_io_tag_set();
+        }
+        self.free_io_queues();
+    }
+
+    fn shutdown(&self, shutdown: bool) {
+        let n = self.nvme();
+        self.teardown_io(shutdown);
+        n.quiesce_admin();
+        n.disable(shutdown);
+        self.teardown_admin(shutdown);
+    }
+
+    // --- Error recovery and reconnect -----------------------------------------------------
+
+    /// Starts error recovery (once: later calls while resetting are no-ops).
+    pub(crate) fn error_recovery(&self, reason: fmt::Arguments<'_>) {
+        let n = self.nvme();
+        if !n.change_state(State::Resetting) {
+            return;
+        }
+        log_warn!(n.as_ptr(), "starting error recovery: {}", reason);
+        // SAFETY: our initialized work item and the core's reset workqueue.
+        unsafe { bindings::rsrdma_queue_work(bindings::nvme_reset_wq, self.err_work.get()) };
+    }
+
+    fn recover(&self) {
+        let n = self.nvme();
+        let start = Ktime::ktime_get();
+        n.stop_keep_alive();
+        // SAFETY: the core's work item of our controller.
+        unsafe { bindings::flush_work(n.async_event_work()) };
+        self.teardown_io(false);
+        n.unquiesce_io();
+        self.teardown_admin(false);
+        n.unquiesce_admin();
+        n.auth_stop();
+        dbg_event!(Recovery, n.as_ptr(), "torn down in {} ms, in-flight I/O requeued",
+            kernel::time::ktime_ms_delta(Ktime::ktime_get(), start));
+
+        if !n.change_state(State::Connecting) {
+            // Deletion started meanwhile.
+            return;
+        }
+        {
+            let mut rec = self.recovery.lock();
+            rec.current = Some(Reconnect::start(rec.policy, now_ms()));
+            rec.lost_at = Some(start);
+        }
+        self.reconnect_or_remove(Outcome::First);
+    }
+
+    /// Schedules the next reconnect attempt, or deletes the controller when the policy gives up.
+    fn reconnect_or_remove(&self, outcome: Outcome) {
+        let n = self.nvme();
+        if n.state() != State::Connecting {
+            return;
+        }
+        let decision = {
+            let mut rec = self.recovery.lock();
+            let policy = rec.policy;
+            rec.current.get_or_insert_with(|| Reconnect::start(policy, now_ms())).next(now_ms(), outcome)
+        };
+        match decision {
+            Decision::AttemptNow => self.schedule_reconnect(0),
+            Decision::AttemptIn(ms) => {
+                log_info!(n.as_ptr(), "Reconnecting in {} ms...", ms);
+                self.schedule_reconnect(ms.min(u64::from(u32::MAX)) as u32);
+            }
+            Decision::GiveUp(reason) => {
+                log_warn!(n.as_ptr(), "giving up reconnecting: {}; removing controller", reason.msg());
+                n.delete();
+            }
+        }
+    }
+
+    fn schedule_reconnect(&self, delay_ms: u32) {
+        // SAFETY: our initialized delayed work item and the core's workqueue.
+        unsafe { bindings::rsrdma_queue_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), delay_ms) };
+    }
+
+    /// Brings a controller waiting for its device back to reconnecting now.
+    pub(crate) fn kick_reconnect(&self) {
+        if self.nvme().state() == State::Connecting {
+            // SAFETY: our initialized delayed work item and the core's workqueue.
+            unsafe { bindings::rsrdma_mod_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), 0) };
+        }
+    }
+
+    fn reconnect(&self) {
+        let mut n = self.nvme();
+        let attempt = self.recovery.lock().current.as_ref().map_or(0, |r| r.attempts());
+        n.set_nr_reconnects(attempt as i32);
+        match self.setup(false) {
+            Ok(()) => {
+                let mut rec = self.recovery.lock();
+                let since = rec.lost_at.take().map_or(0, |t| kernel::time::ktime_ms_delta(Ktime::ktime_get(), t));
+                rec.current = None;
+                drop(rec);
+                self.reconnects.fetch_add(1, Ordering::Relaxed);
+                n.set_nr_reconnects(0);
+                log_info!(n.as_ptr(), "Successfully reconnected ({} attempts, {} ms after the connection was lost)",
+                    attempt, since);
+            }
+            Err(f) => {
+                log_info!(n.as_ptr(), "Failed reconnect attempt {} ({:?}{})", attempt, f.errno,
+                    if f.dnr { ", do not retry" } else { "" });
+                self.reconnect_or_remove(Outcome::Failed { dnr: f.dnr });
+            }
+        }
+    }
+
+    /// Releases everything the controller holds on RDMA device `dev`, which is going away, and
+    /// keeps it reconnecting (through another device, or this one when it returns).
+    pub(crate) fn device_removed(&self, dev: Device) {
+        let n = self.nvme();
+        self.block_device(Some(dev));
+        for _ in 0..8 {
+            // SAFETY: the core's and our initialized work items.
+            unsafe {
+                bindings::flush_work(n.reset_work());
+                bindings::flush_work(self.err_work.get());
+                bindings::cancel_delayed_work_sync(self.reconnect_work.get());
+            }
+            match n.state() {
+                State::Live if self.device() == Some(dev) => {
+                    self.error_recovery(format_args!("RDMA device {} removed", dev.name()));
+                }
+                State::Live | State::New | State::Dead => return,
+                State::Resetting => {}
+                State::Connecting => {
+                    // The attempt we may have cancelled is rescheduled; it cannot use `dev`.
+                    self.reconnect_or_remove(Outcome::Failed { dnr: false });
+                    return;
+                }
+                State::Deleting | State::DeletingNoIo => {
+                    // SAFETY: the core's delete work of our controller.
+                    unsafe { bindings::flush_work(core::ptr::addr_of_mut!((*n.as_ptr()).delete_work)) };
+                    return;
+                }
+            }
+        }
+        log_err!(n.as_ptr(), "RDMA device {} removal: controller still busy", dev.name());
+    }
+}
+
+fn now_ms() -> u64 {
+    Ktime::ktime_get().to_ms().max(0) as u64
+}
+
+fn kernel_num_online_cpus() -> u32 {
+    // SAFETY: reads the online CPU count.
+    unsafe { bindings::rsrdma_num_online_cpus() }
+}
+
+// --- Work items ---------------------------------------------------------------------------
+
+unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
+    // SAFETY: `work` is the `err_work` of a live controller (work items are flushed before the
+    // controller is freed, see `stop_ctrl`).
+    let ctrl = unsafe { &*(work.cast::<u8>().sub(core::mem::offset_of!(RdmaCtrl, err_work)) as *const RdmaCtrl) };
+    ctrl.recover();
+}
+
+unsafe extern "C" fn reconnect_work(work: *mut bindings::work_struct) {
+    // SAFETY: `work` is the `work` member (offset 0) of the `reconnect_work` of a live
+    // controller.
+    let ctrl = unsafe { &*(work.cast::<u8>().sub(core::mem::offset_of!(RdmaCtrl, reconnect_work)) as *const RdmaCtrl) };
+    ctrl.reconnect();
+}
+
+unsafe extern "C" fn reset_work(work: *mut bindings::work_struct) {
+    // SAFETY: `work` is the core's `reset_work` of the `nvme_ctrl` embedded in a live
+    // controller.
+    let ctrl = unsafe {
+        RdmaCtrl::from_nvme(work.cast::<u8>().sub(core::mem::offset_of!(bindings::nvme_ctrl, reset_work)).cast())
+    };
+    let n = ctrl.nvme();
+    n.stop();
+    ctrl.shutdown(false);
+    if !n.change_state(State::Connecting) {
+        log_warn!(n.as_ptr(), "reset: could not move to CONNECTING ({:?})", n.state());
+        return;
+    }
+    if let Err(f) = ctrl.setup(false) {
+        log_info!(n.as_ptr(), "reset: reconnect failed ({:?})", f.errno);
+        {
+            let mut rec = ctrl.recovery.lock();
+            let policy = rec.policy;
+            rec.current = Some(Reconnect::start(policy, now_ms()));
+            rec.lost_at = Some(Ktime::ktime_get());
+        }
+        ctrl.reconnect_or_remove(Outcome::First);
+    }
+}
+
+// --- nvme_ctrl_ops ----------------------------------------------------------------------------
+
+unsafe extern "C" fn free_ctrl(nctrl: *mut bindings::nvme_ctrl) {
+    // SAFETY: the core frees one of our controllers; nothing uses it afterwards.
+    let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };
+    if ctrl.listed.load(Ordering::Acquire) {
+        crate::registration::unlist(ctrl);
+        // SAFETY: after a successful creation the options are ours to free, as in C.
+        unsafe { bindings::nvmf_free_options((*nctrl).opts) };
+    }
+    // SAFETY: allocated with `KBox::into_raw` in `create`; no connection is left (teardown
+    // released it) and no work item is pending (`stop_ctrl`).
+    drop(unsafe { KBox::from_raw(ctrl as *const RdmaCtrl as *mut RdmaCtrl) });
+}
+
+unsafe extern "C" fn submit_async_event(nctrl: *mut bindings::nvme_ctrl) {
+    // SAFETY: a live controller of ours.
+    unsafe { RdmaCtrl::from_nvme(nctrl) }.queue(0).submit_async_event();
+}
+
+unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
+    // SAFETY: a live controller of ours, being deleted by the core.
+    unsafe { RdmaCtrl::from_nvme(nctrl) }.shutdown(true);
+}
+
+unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
+    // SAFETY: a live controller of ours.
+    let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };
+    // SAFETY: our initialized work items.
+    unsafe {
+        bindings::flush_work(ctrl.err_work.get());
+        bindings::cancel_delayed_work_sync(ctrl.reconnect_work.get());
+    }
+}
+
+/// The controller operations, named after the transport.
+pub(crate) fn ctrl_ops(name: &'static CStr, module: *mut bindings::module) -> bindings::nvme_ctrl_ops {
+    bindings::nvme_ctrl_ops {
+        name: name.as_char_ptr(),
+        module,
+        flags: bindings::NVME_F_FABRICS,
+        reg_read32: Some(bindings::nvmf_reg_read32),
+        reg_read64: Some(bindings::nvmf_reg_read64),
+        reg_write32: Some(bindings::nvmf_reg_write32),
+        subsystem_reset: Some(bindings::nvmf_subsystem_reset),
+        free_ctrl: Some(free_ctrl),
+        submit_async_event: Some(submit_async_event),
+        delete_ctrl: Some(delete_ctrl),
+        stop_ctrl: Some(stop_ctrl),
+        get_address: Some(bindings::nvmf_get_address),
+        ..Default::default()
+    }
+}

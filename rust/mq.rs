@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The blk-mq side: the operations of the admin and I/O tag sets (which the NVMe core
+//! allocates) and the per-request data of the transport.
+//!
+//! Data path of one command:
+//! - `queue_rq`: the core builds the command; the data gets a slice of the registered pool
+//!   (its tag's slot, or a block of the large area); writes are copied in; the command gets one
+//!   SGL descriptor (keyed: pool address, length, the pool's RKEY; or in-capsule for small
+//!   writes) and is sent.
+//! - The request completes once both its send and its response completed; reads are copied
+//!   out of the pool in `complete`, on the submitting CPU, and the slice is returned.
+
+use crate::bindings;
+use crate::errno;
+use crate::ctrl::RdmaCtrl;
+use crate::glue::{dbg_event, log_err, log_warn};
+use crate::nvme::State;
+use crate::pool::{DataSlice, Pool};
+use crate::proto::capsule::{self, SQE_SIZE};
+use crate::proto::pool::Slice;
+use crate::proto::sgl::{InlineSgl, KeyedSgl};
+use crate::queue::{Conn, Queue};
+use core::mem::offset_of;
+use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use kernel::ffi::c_void;
+use kernel::prelude::*;
+use kernel::types::Opaque;
+
+type BlkStatus = bindings::blk_status_t;
+const BLK_STS_OK: BlkStatus = 0;
+const BLK_STS_RESOURCE: BlkStatus = 9;
+const BLK_STS_IOERR: BlkStatus = 10;
+
+/// No data slice.
+const NO_DATA: u64 = u64::MAX;
+
+/// Per-request data (the PDU of a blk-mq request). It starts with the core's `nvme_request`,
+/// as `nvme_req(rq)` requires.
+#[repr(C)]
+pub(crate) struct Request {
+    nreq: Opaque<bindings::nvme_request>,
+    cmd: Opaque<bindings::nvme_command>,
+    send_cqe: Opaque<bindings::ib_cqe>,
+    queue: *const Queue,
+    /// Outstanding completions: the send and the response.
+    refs: AtomicU32,
+    responded: AtomicBool,
+    status: AtomicU16,
+    result: AtomicU64,
+    data_offset: AtomicU64,
+    data_len: AtomicU32,
+    data_large: AtomicBool,
+}
+
+const _: () = assert!(offset_of!(Request, nreq) == 0);
+
+/// Size of the PDU the tag sets are allocated with.
+pub(crate) const REQUEST_SIZE: u32 = core::mem::size_of::<Request>() as u32;
+
+impl Request {
+    /// # Safety
+    ///
+    /// `rq` must be a request of one of our tag sets (so its PDU is an initialized `Request`).
+    unsafe fn from_rq<'a>(rq: *mut bindings::request) -> &'a Request {
+        // SAFETY: per the contract; the PDU lives as long as the tag set.
+        unsafe { &*(bindings::rsrdma_rq_pdu(rq) as *const Request) }
+    }
+
+    fn rq(&self) -> *mut bindings::request {
+        // SAFETY: `self` is the PDU of a request (see `from_rq`).
+        unsafe { bindings::rsrdma_rq_from_pdu(self as *const Self as *mut c_void) }
+    }
+
+    fn queue(&self) -> &Queue {
+        // SAFETY: set in `init_request` to the queue of the hctx, which outlives the tag set's
+        // requests.
+        unsafe { &*self.queue }
+    }
+
+    fn set_data(&self, data: Option<DataSlice>) {
+        match data {
+            Some(d) => {
+                self.data_offset.store(d.slice.offset, Ordering::Relaxed);
+                self.data_len.store(d.slice.len, Ordering::Relaxed);
+                self.data_large.store(d.large, Ordering::Relaxed);
+            }
+            None => self.data_offset.store(NO_DATA, Ordering::Relaxed),
+        }
+    }
+
+    fn take_data(&self) -> Option<DataSlice> {
+        let offset = self.data_offset.swap(NO_DATA, Ordering::Relaxed);
+        (offset != NO_DATA).then(|| DataSlice {
+            slice: Slice { offset, len: self.data_len.load(Ordering::Relaxed) },
+            large: self.data_large.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Drops one of the two completion references; true when it was the last. False also when
+    /// there was none (a completion for a command not in flight), which `take_ref` reports.
+    fn put_ref(&self) -> Option<bool> {
+        self.refs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1)).ok().map(|old| old == 1)
+    }
+}
+
+/// Completes a request once its send and its response are both done.
+fn end_request(req: &Request) {
+    match req.put_ref() {
+        Some(true) => {
+            let status = req.status.load(Ordering::Relaxed);
+            let result = req.result.load(Ordering::Relaxed);
+            let rq = req.rq();
+            // SAFETY: an in-flight request of ours whose last completion just arrived.
+            if !unsafe { bindings::rsrdma_nvme_try_complete_req(rq, status, result) } {
+                // SAFETY: as above; the core asked us to complete it here.
+                unsafe { complete_rq(rq) };
+            }
+        }
+        Some(false) => {}
+        None => {
+            let q = req.queue();
+            log_err!(q.ctrl().nvme().as_ptr(), "queue {}: completion for a command not in flight", q.qid());
+            q.ctrl().error_recovery(format_args!("stray completion on queue {}", q.qid()));
+        }
+    }
+}
+
+/// Handles a response capsule received on `queue` (called from the receive completion).
+pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], invalidated: bool) {
+    let ctrl = queue.ctrl();
+    let nvme = ctrl.nvme().as_ptr();
+    let cqe = capsule::Cqe::decode(raw);
+    // SAFETY: the tags of a live tag set of this controller; the core validates the command id
+    // (tag in range and generation) and returns null otherwise.
+    let rq = unsafe { bindings::rsrdma_nvme_find_rq(ctrl.tags(queue.qid()), cqe.command_id) };
+    if rq.is_null() {
+        log_err!(nvme, "queue {}: response with unknown command_id {:#x} (status {:#x})", queue.qid(), cqe.command_id, cqe.status);
+        ctrl.error_recovery(format_args!("bad command_id on queue {}", queue.qid()));
+        return;
+    }
+    // SAFETY: a request of our tag set.
+    let req = unsafe { Request::from_rq(rq) };
+    if invalidated {
+        log_err!(nvme, "queue {}: target sent SEND_WITH_INV for command_id {:#x}: the pool RKEY is never offered for invalidation",
+            queue.qid(), cqe.command_id);
+        ctrl.error_recovery(format_args!("remote invalidation on queue {}", queue.qid()));
+        return;
+    }
+    if req.responded.swap(true, Ordering::AcqRel) {
+        log_err!(nvme, "queue {}: duplicate response for command_id {:#x}", queue.qid(), cqe.command_id);
+        ctrl.error_recovery(format_args!("duplicate response on queue {}", queue.qid()));
+        return;
+    }
+    req.status.store(u16::from_le_bytes([raw[14], raw[15]]), Ordering::Relaxed);
+    req.result.store(cqe.result, Ordering::Relaxed);
+    dbg_event!(Io, nvme, "queue {}: response cid {:#x} status {:#x}", queue.qid(), cqe.command_id, cqe.status);
+    end_request(req);
+}
+
+unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: the completion of a send posted by `queue_rq`, whose `wr_cqe` is the `send_cqe`
+    // of a request of ours.
+    let (wc, req) = unsafe {
+        let wc = &*wc;
+        let cqe = wc.__bindgen_anon_1.wr_cqe as *const u8;
+        (wc, &*(cqe.sub(offset_of!(Request, send_cqe)) as *const Request))
+    };
+    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
+        let q = req.queue();
+        if q.ctrl().nvme().state() == State::Live {
+            log_err!(q.ctrl().nvme().as_ptr(), "queue {}: SEND failed: {} ({})", q.qid(), crate::rdma::wc_status_msg(wc.status), wc.status);
+        }
+        q.ctrl().error_recovery(format_args!("SEND failed on queue {}", q.qid()));
+        return;
+    }
+    end_request(req);
+}
+
+/// Copies between a request's data pages and a pool slice.
+struct CopyCursor<'a> {
+    pool: &'a Pool,
+    offset: u64,
+    left: u32,
+    to_pool: bool,
+}
+
+unsafe extern "C" fn copy_segment(ctx: *mut c_void, va: *mut c_void, len: u32) -> i32 {
+    // SAFETY: `ctx` is the `CopyCursor` passed to `rsrdma_rq_for_each_segment`.
+    let cur = unsafe { &mut *(ctx as *mut CopyCursor<'_>) };
+    let n = len.min(cur.left);
+    // SAFETY: the glue maps `len` bytes at `va` for the call; the slice belongs to the request.
+    unsafe {
+        if cur.to_pool {
+            cur.pool.copy_in(cur.offset, va as *const u8, n);
+        } else {
+            cur.pool.copy_out(cur.offset, va as *mut u8, n);
+        }
+    }
+    cur.offset += u64::from(n);
+    cur.left -= n;
+    0
+}
+
+/// Copies the data of `rq` into (`to_pool`) or out of its pool slice.
+fn copy_data(pool: &Pool, rq: *mut bindings::request, slice: Slice, to_pool: bool) {
+    let mut cur = CopyCursor { pool, offset: slice.offset, left: slice.len, to_pool };
+    // SAFETY: `rq` is a started request of ours; `cur` outlives the call.
+    unsafe { bindings::rsrdma_rq_for_each_segment(rq, Some(copy_segment), &mut cur as *mut _ as *mut c_void) };
+}
+
+/// Maps the data of a request into the pool and sends its command.
+fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request) -> Result {
+    let ctrl = queue.ctrl();
+    let qid = queue.qid();
+    // SAFETY: a started request of ours.
+    let (tag, len, is_write) = unsafe {
+        ((*rq).tag as u32, bindings::rsrdma_rq_payload_bytes(rq), bindings::rsrdma_rq_is_write(rq))
+    };
+    let mut sqe = [0u8; SQE_SIZE];
+    // SAFETY: the core built the command in our PDU (nvme_setup_cmd) and nothing else writes it
+    // while the request is ours.
+    unsafe { core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE) };
+
+    req.refs.store(2, Ordering::Relaxed);
+    req.responded.store(false, Ordering::Relaxed);
+    req.set_data(None);
+
+    let mut inline = None;
+    let desc = if len == 0 {
+        KeyedSgl::default().encode()
+    } else {
+        // SAFETY: the controller's set-up work registers the pool before any command is sent
+        // and removes it only after every queue was stopped.
+        let reg = unsafe { ctrl.reg() }.ok_or(errno::ENOTCONN())?;
+        let data = ctrl.pool().alloc(qid, tag, len).ok_or(EAGAIN)?;
+        req.set_data(Some(data));
+        let slice = data.slice;
+        if is_write {
+            copy_data(ctrl.pool(), rq, slice, true);
+            reg.sync_for_device(slice);
+        }
+        let addr = reg.iova(slice.offset);
+        if is_write && ctrl.inline_fits(qid, len) && !data.large {
+            inline = Some(bindings::ib_sge { addr, length: len, lkey: reg.mr().lkey() });
+            dbg_event!(Io, ctrl.nvme().as_ptr(), "queue {} tag {}: {} bytes in capsule", qid, tag, len);
+            Some(InlineSgl { offset: u64::from(ctrl.nvme().icdoff()), len }.encode())
+        } else {
+            let key = reg.mr().rkey();
+            dbg_event!(Io, ctrl.nvme().as_ptr(), "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} ({})",
+                qid, tag, addr, len, key, if data.large { "large area" } else { "slot" });
+            KeyedSgl { addr, len, key, invalidate: false }.encode()
+        }
+    };
+    capsule::set_sgl(&mut sqe, &desc.ok_or(EINVAL)?);
+    if tag as usize >= queue.ring_depth() as usize {
+        return Err(EINVAL);
+    }
+    // SAFETY: ring entry `tag` belongs to this request while it is in flight.
+    unsafe { core::ptr::copy_nonoverlapping(sqe.as_ptr(), queue.sqe(tag as usize), SQE_SIZE) };
+    // SAFETY: `send_cqe` lives in the PDU, which outlives the send; `inline` names registered
+    // pool memory.
+    unsafe { queue.post_command(conn, tag as usize, req.send_cqe.get(), inline) }
+}
+
+/// Releases a request's data slice, copying read data out first when the command succeeded.
+fn unmap_data(ctrl: &RdmaCtrl, qid: u16, rq: *mut bindings::request, req: &Request, copy_out: bool) {
+    let Some(data) = req.take_data() else { return };
+    if copy_out {
+        // SAFETY: called from completion context of a request of ours; the pool registration
+        // outlives every in-flight request (see `ConnCell`).
+        if let Some(reg) = unsafe { ctrl.reg() } {
+            reg.sync_for_cpu(data.slice);
+        }
+        copy_data(ctrl.pool(), rq, data.slice, false);
+    }
+    ctrl.pool().free(qid, data);
+}
+
+unsafe extern "C" fn queue_rq(hctx: *mut bindings::blk_mq_hw_ctx, bd: *const bindings::blk_mq_queue_data) -> BlkStatus {
+    // SAFETY: blk-mq passes a live hctx whose driver data was set in `init_hctx` to its queue,
+    // and a request of our tag set.
+    let (queue, rq, ns) = unsafe {
+        (&*((*hctx).driver_data as *const Queue), (*bd).rq, (*(*hctx).queue).queuedata as *mut bindings::nvme_ns)
+    };
+    let ctrl = queue.ctrl();
+    let nvme = ctrl.nvme().as_ptr();
+    // SAFETY: as above.
+    let req = unsafe { Request::from_rq(rq) };
+
+    // SAFETY: live controller and request.
+    if !unsafe { bindings::rsrdma_nvme_check_ready(nvme, rq, queue.is_live()) } {
+        // SAFETY: as above.
+        return unsafe { bindings::nvme_fail_nonready_command(nvme, rq) };
+    }
+    // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request.
+    let Some(conn) = (unsafe { queue.conn() }) else {
+        // SAFETY: as above.
+        return unsafe { bindings::nvme_host_path_error(rq) };
+    };
+    // SAFETY: as above; `ns` is null for the admin queues, as the core expects.
+    let ret = unsafe { bindings::nvme_setup_cmd(ns, rq) };
+    if ret != BLK_STS_OK {
+        return ret;
+    }
+    // SAFETY: as above.
+    unsafe { bindings::rsrdma_nvme_start_request(rq) };
+
+    match submit(queue, conn, rq, req) {
+        Ok(()) => BLK_STS_OK,
+        Err(e) => {
+            unmap_data(ctrl, queue.qid(), rq, req, false);
+            if e == EAGAIN {
+                // The large area is full: blk-mq retries when I/O completes.
+                // SAFETY: as above.
+                unsafe { bindings::nvme_cleanup_cmd(rq) };
+                return BLK_STS_RESOURCE;
+            }
+            if e == EINVAL {
+                log_err!(nvme, "queue {}: cannot map request", queue.qid());
+                // SAFETY: as above.
+                unsafe { bindings::nvme_cleanup_cmd(rq) };
+                return BLK_STS_IOERR;
+            }
+            // The queue is going away: complete with a path error so the core retries or
+            // fails over, and let error recovery rebuild the queue.
+            ctrl.error_recovery(format_args!("posting to queue {} failed ({:?})", queue.qid(), e));
+            // SAFETY: as above.
+            unsafe { bindings::nvme_host_path_error(rq) }
+        }
+    }
+}
+
+/// Completes a request: copies read data out of the pool, frees its slice, ends it.
+unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
+    // SAFETY: a request of our tag set that the core or blk-mq is completing.
+    let req = unsafe { Request::from_rq(rq) };
+    let queue = req.queue();
+    // SAFETY: as above; `nvme_req(rq)` is the start of our PDU.
+    let (ok, is_write) = unsafe { ((*req.nreq.get()).status == 0, bindings::rsrdma_rq_is_write(rq)) };
+    unmap_data(queue.ctrl(), queue.qid(), rq, req, ok && !is_write);
+    // SAFETY: as above.
+    unsafe { bindings::nvme_complete_rq(rq) };
+}
+
+unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_timer_return {
+    // SAFETY: a started request of ours.
+    let req = unsafe { Request::from_rq(rq) };
+    let queue = req.queue();
+    let ctrl = queue.ctrl();
+    let mut sqe = [0u8; SQE_SIZE];
+    // SAFETY: the command of the request, built by the core.
+    unsafe { core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE) };
+    // SAFETY: as above.
+    let (tag, cid) = unsafe { ((*rq).tag, bindings::rsrdma_nvme_cid(rq)) };
+    log_warn!(ctrl.nvme().as_ptr(), "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} timeout", tag, cid,
+        capsule::opcode(&sqe), capsule::command_name(queue.qid() == 0, &sqe), queue.qid());
+
+    if ctrl.nvme().state() != State::Live {
+        // Resetting, connecting or deleting: complete it now, it may be blocking the teardown
+        // or set-up sequence (connect, enable, identify...).
+        queue.stop();
+        // SAFETY: as above.
+        unsafe { bindings::rsrdma_nvmf_complete_timed_out_request(rq) };
+        return bindings::blk_eh_timer_return_BLK_EH_DONE;
+    }
+    ctrl.error_recovery(format_args!("command timeout on queue {}", queue.qid()));
+    bindings::blk_eh_timer_return_BLK_EH_RESET_TIMER
+}
+
+unsafe extern "C" fn poll(hctx: *mut bindings::blk_mq_hw_ctx, _iob: *mut bindings::io_comp_batch) -> i32 {
+    // SAFETY: driver data set in `init_hctx`.
+    let queue = unsafe { &*((*hctx).driver_data as *const Queue) };
+    // SAFETY: blk-mq polls only a live hctx, whose connection is installed.
+    match unsafe { queue.conn() } {
+        Some(conn) => conn.cq().poll_direct(-1),
+        None => 0,
+    }
+}
+
+/// # Safety
+///
+/// `data` is the tag set's driver data: the core's controller, embedded in an `RdmaCtrl`.
+unsafe fn ctrl_of<'a>(data: *mut c_void) -> &'a RdmaCtrl {
+    // SAFETY: per the contract.
+    unsafe { RdmaCtrl::from_nvme(data as *mut bindings::nvme_ctrl) }
+}
+
+unsafe extern "C" fn init_hctx(hctx: *mut bindings::blk_mq_hw_ctx, data: *mut c_void, hctx_idx: u32) -> i32 {
+    // SAFETY: see `ctrl_of`; `hctx` is being initialized by blk-mq.
+    unsafe {
+        let ctrl = ctrl_of(data);
+        let Some(queue) = ctrl.try_queue(hctx_idx as u16 + 1) else { return EINVAL.to_errno() };
+        (*hctx).driver_data = queue as *const Queue as *mut c_void;
+    }
+    0
+}
+
+unsafe extern "C" fn init_admin_hctx(hctx: *mut bindings::blk_mq_hw_ctx, data: *mut c_void, _hctx_idx: u32) -> i32 {
+    // SAFETY: see `ctrl_of`; `hctx` is being initialized by blk-mq.
+    unsafe { (*hctx).driver_data = ctrl_of(data).queue(0) as *const Queue as *mut c_void };
+    0
+}
+
+unsafe extern "C" fn init_request(set: *mut bindings::blk_mq_tag_set, rq: *mut bindings::request, hctx_idx: u32, _node: u32) -> i32 {
+    // SAFETY: blk-mq initializes a request of a tag set whose driver data is our controller;
+    // the PDU is REQUEST_SIZE zeroed bytes that nothing else uses yet.
+    unsafe {
+        let ctrl = ctrl_of((*set).driver_data);
+        let qid = if set == ctrl.io_tag_set() { hctx_idx as u16 + 1 } else { 0 };
+        let Some(queue) = ctrl.try_queue(qid) else { return EINVAL.to_errno() };
+        let pdu = bindings::rsrdma_rq_pdu(rq) as *mut Request;
+        core::ptr::addr_of_mut!((*pdu).send_cqe).write(Opaque::new(bindings::ib_cqe { done: Some(send_done) }));
+        core::ptr::addr_of_mut!((*pdu).queue).write(queue);
+        core::ptr::addr_of_mut!((*pdu).refs).write(AtomicU32::new(0));
+        core::ptr::addr_of_mut!((*pdu).responded).write(AtomicBool::new(false));
+        core::ptr::addr_of_mut!((*pdu).status).write(AtomicU16::new(0));
+        core::ptr::addr_of_mut!((*pdu).result).write(AtomicU64::new(0));
+        core::ptr::addr_of_mut!((*pdu).data_offset).write(AtomicU64::new(NO_DATA));
+        core::ptr::addr_of_mut!((*pdu).data_len).write(AtomicU32::new(0));
+        core::ptr::addr_of_mut!((*pdu).data_large).write(AtomicBool::new(false));
+        let nreq = (*pdu).nreq.get();
+        (*nreq).ctrl = ctrl.nvme().as_ptr();
+        (*nreq).cmd = (*pdu).cmd.get();
+    }
+    0
+}
+
+unsafe extern "C" fn map_queues(set: *mut bindings::blk_mq_tag_set) {
+    // SAFETY: the I/O tag set of our controller.
+    let ctrl = unsafe { ctrl_of((*set).driver_data) };
+    let mut io_queues = ctrl.io_queues();
+    // SAFETY: as above; `io_queues` has HCTX_MAX_TYPES entries and is only read.
+    unsafe { bindings::nvmf_map_queues(set, ctrl.nvme().as_ptr(), io_queues.as_mut_ptr()) };
+}
+
+/// Operations of the I/O tag set.
+pub(crate) static IO_MQ_OPS: bindings::blk_mq_ops = bindings::blk_mq_ops {
+    queue_rq: Some(queue_rq),
+    complete: Some(complete_rq),
+    init_request: Some(init_request),
+    init_hctx: Some(init_hctx),
+    timeout: Some(timeout),
+    map_queues: Some(map_queues),
+    poll: Some(poll),
+    ..ZEROED_OPS
+};
+
+/// Operations of the admin tag set.
+pub(crate) static ADMIN_MQ_OPS: bindings::blk_mq_ops = bindings::blk_mq_ops {
+    queue_rq: Some(queue_rq),
+    complete: Some(complete_rq),
+    init_request: Some(init_request),
+    init_hctx: Some(init_admin_hctx),
+    timeout: Some(timeout),
+    ..ZEROED_OPS
+};
+
+// SAFETY: `blk_mq_ops` holds only optional function pointers, for which zero is `None`.
+const ZEROED_OPS: bindings::blk_mq_ops = unsafe { core::mem::zeroed() };

@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Access to the NVMe core's controller (`struct nvme_ctrl`) and connect options.
+//!
+//! The transport embeds the core's controller in its own (`ctrl::RdmaCtrl`); a [`Ctrl`] is a
+//! handle to it that is only created while that controller is alive, which makes its methods
+//! safe to call. State transitions, quiescing, freezing and keep-alive all stay in the core.
+
+use crate::bindings;
+use core::ptr::NonNull;
+use kernel::error::to_result;
+use kernel::prelude::*;
+use kernel::str::CStr;
+
+/// Controller states of the NVMe core.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum State {
+    New,
+    Live,
+    Resetting,
+    Connecting,
+    Deleting,
+    DeletingNoIo,
+    Dead,
+}
+
+impl State {
+    fn raw(self) -> bindings::nvme_ctrl_state {
+        match self {
+            State::New => bindings::nvme_ctrl_state_NVME_CTRL_NEW,
+            State::Live => bindings::nvme_ctrl_state_NVME_CTRL_LIVE,
+            State::Resetting => bindings::nvme_ctrl_state_NVME_CTRL_RESETTING,
+            State::Connecting => bindings::nvme_ctrl_state_NVME_CTRL_CONNECTING,
+            State::Deleting => bindings::nvme_ctrl_state_NVME_CTRL_DELETING,
+            State::DeletingNoIo => bindings::nvme_ctrl_state_NVME_CTRL_DELETING_NOIO,
+            State::Dead => bindings::nvme_ctrl_state_NVME_CTRL_DEAD,
+        }
+    }
+
+    fn from_raw(raw: i32) -> Self {
+        match raw as bindings::nvme_ctrl_state {
+            bindings::nvme_ctrl_state_NVME_CTRL_NEW => State::New,
+            bindings::nvme_ctrl_state_NVME_CTRL_LIVE => State::Live,
+            bindings::nvme_ctrl_state_NVME_CTRL_RESETTING => State::Resetting,
+            bindings::nvme_ctrl_state_NVME_CTRL_CONNECTING => State::Connecting,
+            bindings::nvme_ctrl_state_NVME_CTRL_DELETING => State::Deleting,
+            bindings::nvme_ctrl_state_NVME_CTRL_DELETING_NOIO => State::DeletingNoIo,
+            _ => State::Dead,
+        }
+    }
+}
+
+/// A live controller of the NVMe core (see the module docs for the invariant).
+#[derive(Clone, Copy)]
+pub(crate) struct Ctrl(NonNull<bindings::nvme_ctrl>);
+
+// SAFETY: the core's controller is used from many contexts; every method here is either a core
+// function that does its own locking or a read of a field the core documents as stable.
+unsafe impl Send for Ctrl {}
+// SAFETY: as above.
+unsafe impl Sync for Ctrl {}
+
+impl Ctrl {
+    /// # Safety
+    ///
+    /// `ctrl` must point to a controller initialized by `nvme_init_ctrl` that stays alive for
+    /// as long as the handle is used.
+    pub(crate) unsafe fn from_raw(ctrl: *mut bindings::nvme_ctrl) -> Self {
+        // SAFETY: non-null per the contract.
+        Self(unsafe { NonNull::new_unchecked(ctrl) })
+    }
+
+    pub(crate) fn as_ptr(self) -> *mut bindings::nvme_ctrl {
+        self.0.as_ptr()
+    }
+
+    fn raw(&self) -> &bindings::nvme_ctrl {
+        // SAFETY: alive (type invariant); fields are read, the core owns writes to them.
+        unsafe { self.0.as_ref() }
+    }
+
+    fn raw_mut(&mut self) -> *mut bindings::nvme_ctrl {
+        self.0.as_ptr()
+    }
+
+    pub(crate) fn state(&self) -> State {
+        // SAFETY: alive (type invariant).
+        State::from_raw(unsafe { bindings::rsrdma_nvme_ctrl_state(self.as_ptr()) })
+    }
+
+    /// Asks the core to move to `state`; false if that transition is not allowed now.
+    pub(crate) fn change_state(&self, state: State) -> bool {
+        // SAFETY: alive; the core serializes state changes.
+        unsafe { bindings::nvme_change_ctrl_state(self.as_ptr(), state.raw()) }
+    }
+
+    pub(crate) fn opts(&self) -> Options {
+        Options(self.raw().opts)
+    }
+
+    /// Whether this is a discovery controller.
+    pub(crate) fn is_discovery(&self) -> bool {
+        // SAFETY: the options live as long as the controller.
+        unsafe { (*self.raw().opts).discovery_nqn }
+    }
+
+    pub(crate) fn subsysnqn(&self) -> &CStr {
+        // SAFETY: alive; the NQN lives in the options or the subsystem.
+        unsafe { CStr::from_char_ptr(bindings::rsrdma_nvmf_ctrl_subsysnqn(self.as_ptr())) }
+    }
+
+    pub(crate) fn sqsize(&self) -> u16 {
+        self.raw().sqsize
+    }
+
+    pub(crate) fn set_sqsize(&mut self, sqsize: u16) {
+        // SAFETY: alive; sqsize is ours to set during setup, as in every fabrics transport.
+        unsafe { (*self.raw_mut()).sqsize = sqsize };
+    }
+
+    pub(crate) fn queue_count(&self) -> u32 {
+        self.raw().queue_count
+    }
+
+    pub(crate) fn set_queue_count(&mut self, count: u32) {
+        // SAFETY: alive; the transport owns queue_count.
+        unsafe { (*self.raw_mut()).queue_count = count };
+    }
+
+    pub(crate) fn set_kato(&mut self, kato: u32) {
+        // SAFETY: alive; set once before the controller is initialized, as the C transport does.
+        unsafe { (*self.raw_mut()).kato = kato };
+    }
+
+    pub(crate) fn cntlid(&self) -> u16 {
+        self.raw().cntlid
+    }
+
+    pub(crate) fn icdoff(&self) -> u16 {
+        self.raw().icdoff
+    }
+
+    pub(crate) fn sgls(&self) -> u32 {
+        self.raw().sgls
+    }
+
+    pub(crate) fn maxcmd(&self) -> u16 {
+        self.raw().maxcmd
+    }
+
+    /// In-capsule size the controller accepts (IOCCSZ, in bytes).
+    pub(crate) fn ioccsz_bytes(&self) -> u32 {
+        self.raw().ioccsz.saturating_mul(16)
+    }
+
+    /// Sets the transfer limits the core applies to the block queues.
+    pub(crate) fn set_limits(&mut self, max_hw_sectors: u32, max_segments: u32) {
+        // SAFETY: alive; read by the core in nvme_init_ctrl_finish, which we call afterwards.
+        unsafe {
+            (*self.raw_mut()).max_hw_sectors = max_hw_sectors;
+            (*self.raw_mut()).max_segments = max_segments;
+            (*self.raw_mut()).max_integrity_segments = 0;
+        }
+    }
+
+    pub(crate) fn set_numa_node(&mut self, node: i32) {
+        // SAFETY: alive; a hint the core reads when allocating.
+        unsafe { (*self.raw_mut()).numa_node = node };
+    }
+
+    pub(crate) fn max_hw_sectors(&self) -> u32 {
+        self.raw().max_hw_sectors
+    }
+
+    pub(crate) fn set_nr_reconnects(&mut self, n: i32) {
+        // SAFETY: alive; informational for the core.
+        unsafe { (*self.raw_mut()).nr_reconnects = n };
+    }
+
+    pub(crate) fn tagset(&self) -> *mut bindings::blk_mq_tag_set {
+        self.raw().tagset
+    }
+
+    pub(crate) fn admin_q(&self) -> *mut bindings::request_queue {
+        self.raw().admin_q
+    }
+
+    pub(crate) fn fabrics_q(&self) -> *mut bindings::request_queue {
+        self.raw().fabrics_q
+    }
+
+    pub(crate) fn async_event_work(&self) -> *mut bindings::work_struct {
+        // SAFETY: alive; only the address is taken.
+        unsafe { core::ptr::addr_of_mut!((*self.0.as_ptr()).async_event_work) }
+    }
+
+    pub(crate) fn reset_work(&self) -> *mut bindings::work_struct {
+        // SAFETY: alive; only the address is taken.
+        unsafe { core::ptr::addr_of_mut!((*self.0.as_ptr()).reset_work) }
+    }
+}
+
+/// Wraps the core functions that take only the controller.
+macro_rules! core_calls {
+    ($($(#[$m:meta])* $name:ident => $f:ident;)*) => {
+        impl Ctrl {
+            $(
+                $(#[$m])*
+                pub(crate) fn $name(&self) {
+                    // SAFETY: alive (type invariant); the core function does its own locking.
+                    unsafe { bindings::$f(self.as_ptr()) };
+                }
+            )*
+        }
+    };
+}
+
+core_calls! {
+    quiesce_io => nvme_quiesce_io_queues;
+    unquiesce_io => nvme_unquiesce_io_queues;
+    quiesce_admin => nvme_quiesce_admin_queue;
+    unquiesce_admin => nvme_unquiesce_admin_queue;
+    sync_io_queues => nvme_sync_io_queues;
+    cancel_tagset => nvme_cancel_tagset;
+    cancel_admin_tagset => nvme_cancel_admin_tagset;
+    start_freeze => nvme_start_freeze;
+    unfreeze => nvme_unfreeze;
+    stop_keep_alive => nvme_stop_keep_alive;
+    start => nvme_start_ctrl;
+    stop => nvme_stop_ctrl;
+    uninit => nvme_uninit_ctrl;
+    remove_admin_tag_set => nvme_remove_admin_tag_set;
+    remove_io_tag_set => nvme_remove_io_tag_set;
+    auth_stop => rsrdma_nvme_auth_stop;
+    /// Drops a reference taken with [`Ctrl::tryget`] or the creation reference.
+    put => rsrdma_nvme_put_ctrl;
+}
+
+impl Ctrl {
+    /// Takes a reference unless the controller is already being freed.
+    pub(crate) fn tryget(&self) -> bool {
+        // SAFETY: the memory is alive (caller holds the registry lock, see `registration`).
+        unsafe { bindings::rsrdma_nvme_tryget_ctrl(self.as_ptr()) }
+    }
+
+    pub(crate) fn enable(&self) -> Result {
+        // SAFETY: alive.
+        to_result(unsafe { bindings::nvme_enable_ctrl(self.as_ptr()) })
+    }
+
+    pub(crate) fn disable(&self, shutdown: bool) {
+        // SAFETY: alive. A failure (queue already gone) needs no handling: we tear down anyway.
+        unsafe { bindings::nvme_disable_ctrl(self.as_ptr(), shutdown) };
+    }
+
+    pub(crate) fn init_finish(&self) -> Result {
+        // SAFETY: alive; the admin queue is connected and enabled.
+        to_result(unsafe { bindings::nvme_init_ctrl_finish(self.as_ptr(), false) })
+    }
+
+    /// Sets Number of Queues; returns how many I/O queues the controller granted.
+    pub(crate) fn negotiate_queue_count(&self, wanted: u32) -> Result<u32> {
+        let mut count = wanted as i32;
+        // SAFETY: alive; `count` is a valid in/out parameter.
+        to_result(unsafe { bindings::nvme_set_queue_count(self.as_ptr(), &mut count) })?;
+        Ok(count as u32)
+    }
+
+    pub(crate) fn connect_admin_queue(&self) -> Result {
+        // SAFETY: alive; the admin queue is RDMA-connected.
+        to_result(unsafe { bindings::nvmf_connect_admin_queue(self.as_ptr()) })
+    }
+
+    pub(crate) fn connect_io_queue(&self, qid: u16) -> Result {
+        // SAFETY: alive; queue `qid` is RDMA-connected.
+        to_result(unsafe { bindings::nvmf_connect_io_queue(self.as_ptr(), qid) })
+    }
+
+    /// Waits at most `timeout_ms` for the queues to freeze; false on timeout.
+    pub(crate) fn wait_freeze_timeout(&self, timeout_ms: u32) -> bool {
+        let jiffies = kernel::time::msecs_to_jiffies(timeout_ms);
+        // SAFETY: alive.
+        unsafe { bindings::nvme_wait_freeze_timeout(self.as_ptr(), jiffies as isize) > 0 }
+    }
+
+    pub(crate) fn update_nr_hw_queues(&self, nr: u32) {
+        // SAFETY: alive, with a frozen I/O tag set (callers freeze first, as the C transport).
+        unsafe { bindings::blk_mq_update_nr_hw_queues(self.tagset(), nr as i32) };
+    }
+
+    pub(crate) fn sync_admin_queue(&self) {
+        // SAFETY: alive; the admin queue exists once the admin tag set was allocated.
+        unsafe { bindings::blk_sync_queue(self.admin_q()) };
+    }
+
+    /// Starts deleting the controller (asynchronously, on nvme_delete_wq).
+    pub(crate) fn delete(&self) {
+        // SAFETY: alive; -EBUSY (already deleting) needs no handling.
+        unsafe { bindings::nvme_delete_ctrl(self.as_ptr()) };
+    }
+
+    pub(crate) fn complete_async_event(&self, status: u16, result: u64) {
+        let mut res = bindings::nvme_completion_nvme_result { u64_: result };
+        // SAFETY: alive; the result is copied by the core.
+        unsafe { bindings::nvme_complete_async_event(self.as_ptr(), status, &mut res) };
+    }
+}
+
+/// The connect options of a controller, owned by the core (freed with the controller).
+#[derive(Clone, Copy)]
+pub(crate) struct Options(*mut bindings::nvmf_ctrl_options);
+
+impl Options {
+    /// # Safety
+    ///
+    /// `opts` must be valid for as long as the handle is used.
+    pub(crate) unsafe fn from_raw(opts: *mut bindings::nvmf_ctrl_options) -> Self {
+        Self(opts)
+    }
+
+    pub(crate) fn as_ptr(self) -> *mut bindings::nvmf_ctrl_options {
+        self.0
+    }
+
+    fn raw(&self) -> &bindings::nvmf_ctrl_options {
+        // SAFETY: valid (type invariant).
+        unsafe { &*self.0 }
+    }
+
+    pub(crate) fn has(&self, opt: u32) -> bool {
+        self.raw().mask & opt != 0
+    }
+
+    fn str_opt(&self, p: *mut kernel::ffi::c_char) -> Option<&CStr> {
+        if p.is_null() {
+            None
+        } else {
+            // SAFETY: option strings are NUL terminated and live with the options.
+            Some(unsafe { CStr::from_char_ptr(p) })
+        }
+    }
+
+    pub(crate) fn traddr(&self) -> Option<&CStr> {
+        self.str_opt(self.raw().traddr)
+    }
+
+    pub(crate) fn trsvcid(&self) -> Option<&CStr> {
+        self.str_opt(self.raw().trsvcid)
+    }
+
+    pub(crate) fn subsysnqn(&self) -> Option<&CStr> {
+        self.str_opt(self.raw().subsysnqn)
+    }
+
+    pub(crate) fn host_traddr(&self) -> Option<&CStr> {
+        self.str_opt(self.raw().host_traddr)
+    }
+
+    pub(crate) fn hostnqn(&self) -> Option<&CStr> {
+        let host = self.raw().host;
+        if host.is_null() {
+            return None;
+        }
+        // SAFETY: the host entry is referenced by the options; its NQN is a NUL-terminated array.
+        Some(unsafe { CStr::from_char_ptr((*host).nqn.as_ptr()) })
+    }
+
+    pub(crate) fn queue_size(&self) -> usize {
+        self.raw().queue_size
+    }
+
+    pub(crate) fn nr_io_queues(&self) -> u32 {
+        self.raw().nr_io_queues
+    }
+
+    pub(crate) fn nr_write_queues(&self) -> u32 {
+        self.raw().nr_write_queues
+    }
+
+    pub(crate) fn nr_poll_queues(&self) -> u32 {
+        self.raw().nr_poll_queues
+    }
+
+    pub(crate) fn reconnect_delay(&self) -> u32 {
+        self.raw().reconnect_delay
+    }
+
+    pub(crate) fn max_reconnects(&self) -> i32 {
+        self.raw().max_reconnects
+    }
+
+    pub(crate) fn kato(&self) -> u32 {
+        self.raw().kato
+    }
+
+    pub(crate) fn tos(&self) -> i32 {
+        self.raw().tos
+    }
+
+    pub(crate) fn fast_io_fail_tmo(&self) -> i32 {
+        self.raw().fast_io_fail_tmo
+    }
+
+    pub(crate) fn duplicate_connect(&self) -> bool {
+        self.raw().duplicate_connect
+    }
+
+    /// Total I/O queues asked for (default + write + poll), as the core counts them.
+    pub(crate) fn total_io_queues(&self) -> u32 {
+        self.nr_io_queues() + self.nr_write_queues() + self.nr_poll_queues()
+    }
+
+    /// Sets trsvcid to the NVMe/RDMA port when the user gave none.
+    pub(crate) fn default_trsvcid(&self, port: &CStr) -> Result {
+        // SAFETY: valid options; the glue allocates the string with kmalloc, as the core frees
+        // it with the options.
+        to_result(unsafe { bindings::rsrdma_opts_default_trsvcid(self.0, port.as_char_ptr()) })
+    }
+}

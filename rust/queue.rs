@@ -1,0 +1,640 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One NVMe/RDMA queue: its RDMA CM connection, QP, CQ, command and response rings.
+//!
+//! A queue outlives its connections. Connecting is done step by step from the controller's
+//! set-up work, each step bounded by a timeout (address and route resolution, CM connect), so
+//! a lost peer never leaves a work item waiting forever; the CM event handler only records
+//! events and, once a connection is established, reports its loss to the controller.
+
+use crate::bindings;
+use crate::errno;
+use crate::ctrl::RdmaCtrl;
+use crate::glue::{dbg_event, log_err, log_info};
+use crate::pool::PoolReg;
+use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
+use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
+use crate::rdma::{self, CmId, Cq, Device, DmaDir, DmaMap, Qp};
+use crate::sync::{Completion, ConnCell};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use kernel::ffi::c_void;
+use kernel::prelude::*;
+use kernel::sync::Mutex;
+use kernel::types::Opaque;
+
+/// Admin queue depth (NVME_AQ_DEPTH): the Fabrics minimum, as the C transport uses.
+pub(crate) const ADMIN_DEPTH: u32 = 32;
+/// Command identifier of the asynchronous event request on the admin queue.
+pub(crate) const AEN_COMMAND_ID: u16 = bindings::NVME_AQ_BLK_MQ_DEPTH as u16;
+
+/// Address and route resolution timeout, as the C transport.
+const CM_RESOLVE_TIMEOUT_MS: u32 = 3000;
+/// How long to wait for the CM connection to be established (the CM's own retries can take
+/// minutes; a reconnect attempt gives up much sooner and tries again).
+const CM_CONNECT_TIMEOUT_MS: u32 = 10000;
+/// How long to wait for the pool registration work request to complete.
+const REG_TIMEOUT_MS: u32 = 5000;
+
+/// Queue flag bits.
+const ALLOCATED: u32 = 1 << 0;
+const LIVE: u32 = 1 << 1;
+const ESTABLISHED: u32 = 1 << 2;
+
+/// A command and response ring buffer: zeroed memory, DMA-mapped per connection.
+struct RingBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+}
+
+impl RingBuf {
+    fn new(len: usize) -> Result<Self> {
+        let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
+        v.extend_with(len, 0, GFP_KERNEL)?;
+        let (ptr, len, cap) = v.into_raw_parts();
+        Ok(Self { ptr: NonNull::new(ptr).ok_or(ENOMEM)?, len, cap })
+    }
+
+    fn entry(&self, index: usize, size: usize) -> *mut u8 {
+        debug_assert!((index + 1) * size <= self.len);
+        // SAFETY: callers pass indices below the ring depth the buffer was sized for.
+        unsafe { self.ptr.as_ptr().add(index * size) }
+    }
+}
+
+impl Drop for RingBuf {
+    fn drop(&mut self) {
+        // SAFETY: from `into_raw_parts` in `new`, not used after this.
+        drop(unsafe { KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) });
+    }
+}
+
+/// The completion entry of one response buffer.
+#[repr(C)]
+struct RecvCqe {
+    cqe: bindings::ib_cqe,
+    queue: *const Queue,
+    index: u32,
+}
+
+/// A completion entry with a completion to wait on, for one-off work requests (pool
+/// registration).
+#[repr(C)]
+struct WaitCqe {
+    cqe: bindings::ib_cqe,
+    status: AtomicI32,
+}
+
+/// The resources of one connection of a queue. Field order is drop order: the CM id goes
+/// first (as in the C transport), then the QP, its CQ, and the ring mappings.
+pub(crate) struct Conn {
+    cm_id: CmId,
+    qp: Qp,
+    cq: Cq,
+    sqe_map: DmaMap,
+    rsp_map: DmaMap,
+    lkey: u32,
+    dev: Device,
+    depth: u32,
+}
+
+impl Conn {
+    pub(crate) fn qp(&self) -> &Qp {
+        &self.qp
+    }
+
+    pub(crate) fn cq(&self) -> &Cq {
+        &self.cq
+    }
+
+    pub(crate) fn dev(&self) -> Device {
+        self.dev
+    }
+}
+
+/// An NVMe/RDMA queue.
+#[pin_data]
+pub(crate) struct Queue {
+    ctrl: *const RdmaCtrl,
+    qid: u16,
+    /// Number of entries of the rings (largest depth this queue may be connected with).
+    ring_depth: u32,
+    flags: AtomicU32,
+    #[pin]
+    cm_done: Completion,
+    cm_event: AtomicI32,
+    cm_status: AtomicI32,
+    /// Serializes stopping the queue (error recovery vs. timeout handler), as in C.
+    #[pin]
+    stop_lock: Mutex<()>,
+    sqes: RingBuf,
+    rsps: RingBuf,
+    recv_cqes: KVec<RecvCqe>,
+    #[pin]
+    reg_done: Completion,
+    reg_cqe: Opaque<WaitCqe>,
+    aen_cqe: Opaque<bindings::ib_cqe>,
+    conn: ConnCell<Conn>,
+    /// Counters for the trace and statistics.
+    pub(crate) cmds: AtomicU64,
+}
+
+// SAFETY: the raw pointers refer to the owning controller (which outlives the queue) and to
+// the queue itself; shared state is atomic, behind locks, or in a `ConnCell`.
+unsafe impl Send for Queue {}
+// SAFETY: as above.
+unsafe impl Sync for Queue {}
+
+impl Queue {
+    /// A disconnected queue `qid` of `ctrl` whose rings hold `ring_depth` entries.
+    pub(crate) fn new(ctrl: *const RdmaCtrl, qid: u16, ring_depth: u32) -> Result<impl PinInit<Self, Error>> {
+        let n = ring_depth as usize;
+        let sqes = RingBuf::new(n * SQE_SIZE)?;
+        let rsps = RingBuf::new(n * CQE_SIZE)?;
+        let mut recv_cqes = KVec::with_capacity(n, GFP_KERNEL)?;
+        for index in 0..ring_depth {
+            recv_cqes.push(
+                RecvCqe {
+                    cqe: bindings::ib_cqe { done: Some(recv_done) },
+                    queue: core::ptr::null(),
+                    index,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(try_pin_init!(&this in Self {
+            ctrl,
+            qid,
+            ring_depth,
+            flags: AtomicU32::new(0),
+            cm_done <- Completion::new(),
+            cm_event: AtomicI32::new(-1),
+            cm_status: AtomicI32::new(0),
+            stop_lock <- kernel::new_mutex!(()),
+            sqes,
+            rsps,
+            recv_cqes: {
+                // The completion entries find their queue through this back pointer; the
+                // queue is pinned, so its address is final.
+                let mut v = recv_cqes;
+                for c in v.iter_mut() {
+                    c.queue = this.as_ptr();
+                }
+                v
+            },
+            reg_done <- Completion::new(),
+            reg_cqe: Opaque::new(WaitCqe {
+                cqe: bindings::ib_cqe { done: Some(reg_wr_done) },
+                status: AtomicI32::new(0),
+            }),
+            aen_cqe: Opaque::new(bindings::ib_cqe { done: Some(aen_send_done) }),
+            conn: ConnCell::new(),
+            cmds: AtomicU64::new(0),
+        }? Error))
+    }
+
+    pub(crate) fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    pub(crate) fn ring_depth(&self) -> u32 {
+        self.ring_depth
+    }
+
+    pub(crate) fn ctrl(&self) -> &RdmaCtrl {
+        // SAFETY: the controller owns the queue and outlives it.
+        unsafe { &*self.ctrl }
+    }
+
+    fn nvme(&self) -> *const bindings::nvme_ctrl {
+        self.ctrl().nvme().as_ptr()
+    }
+
+    pub(crate) fn is_live(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & LIVE != 0
+    }
+
+    pub(crate) fn set_live(&self) {
+        self.flags.fetch_or(LIVE, Ordering::Release);
+    }
+
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & ALLOCATED != 0
+    }
+
+    /// The current connection, for the I/O path.
+    ///
+    /// # Safety
+    ///
+    /// The caller is `queue_rq` after `nvme_check_ready` accepted the request, a completion
+    /// handler of this queue's CQ, or the controller's set-up/teardown work: in all of these the
+    /// connection cannot be replaced concurrently (see [`ConnCell`]).
+    pub(crate) unsafe fn conn(&self) -> Option<&Conn> {
+        // SAFETY: per the contract.
+        unsafe { self.conn.get() }
+    }
+
+    // --- Connecting -----------------------------------------------------------------------
+
+    /// Connects the queue at the RDMA level: CM id, address and route resolution, CQ, QP,
+    /// CM connect with the NVMe/RDMA private data, receives posted. `depth` is the queue size
+    /// to announce. The protection domain is the controller's, created on the device the admin
+    /// queue resolves to.
+    pub(crate) fn connect(&self, depth: u32) -> Result {
+        let ctrl = self.ctrl();
+        let nvme = self.nvme();
+        if depth > self.ring_depth {
+            return Err(EINVAL);
+        }
+        // SAFETY: the queue is pinned inside the controller and outlives the id (the id is
+        // dropped with the connection, before the queue).
+        let cm_id = unsafe { CmId::new(cm_handler, self as *const Self as *mut c_void) }?;
+        self.begin_cm_step();
+        cm_id.resolve_addr(ctrl.src_addr(), ctrl.addr(), CM_RESOLVE_TIMEOUT_MS)?;
+        self.wait_cm_step(bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED, CM_RESOLVE_TIMEOUT_MS + 1000)?;
+
+        let dev = cm_id.device().ok_or(ENODEV)?;
+        let pd = ctrl.pd_for(self.qid, dev)?;
+
+        // One CQE per receive and send, plus the registration, the AEN and the drain's two.
+        let cq_size = 2 * depth + 4;
+        let vector = if self.qid == 0 { 0 } else { (self.qid as i32 - 1) % dev.num_comp_vectors().max(1) };
+        let cq = if ctrl.is_poll_queue(self.qid) {
+            Cq::direct(dev, cq_size, vector, self as *const Self as *mut c_void)?
+        } else {
+            Cq::pooled(dev, cq_size, vector)?
+        };
+        let mut attr = bindings::ib_qp_init_attr {
+            event_handler: Some(qp_event),
+            qp_context: self as *const Self as *mut c_void,
+            send_cq: cq.as_ptr(),
+            recv_cq: cq.as_ptr(),
+            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
+            qp_type: bindings::ib_qp_type_IB_QPT_RC,
+            ..Default::default()
+        };
+        // SEND per command, plus REG_MR (admin) and the drain.
+        attr.cap.max_send_wr = depth + 2;
+        attr.cap.max_recv_wr = depth + 1;
+        attr.cap.max_send_sge = 2;
+        attr.cap.max_recv_sge = 1;
+        let qp = cm_id.create_qp(pd, &mut attr)?;
+
+        let sqe_map = dev.map_single(self.sqes.ptr.as_ptr().cast(), self.sqes.len, DmaDir::ToDevice)?;
+        let rsp_map = dev.map_single(self.rsps.ptr.as_ptr().cast(), self.rsps.len, DmaDir::FromDevice)?;
+        let conn = Conn { cm_id, qp, cq, sqe_map, rsp_map, lkey: pd.local_dma_lkey(), dev, depth };
+
+        let tos = ctrl.nvme().opts().tos();
+        if (0..=255).contains(&tos) {
+            conn.cm_id.set_tos(tos as u8);
+        }
+        self.begin_cm_step();
+        conn.cm_id.resolve_route(CM_RESOLVE_TIMEOUT_MS)?;
+        self.wait_cm_step(bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED, CM_RESOLVE_TIMEOUT_MS + 1000)?;
+
+        let cntlid = if self.qid == 0 { 0 } else { ctrl.nvme().cntlid() };
+        let req = CmRequest::new(self.qid, depth as u16, cntlid).ok_or(EINVAL)?;
+        let private = req.encode();
+        let param = bindings::rdma_conn_param {
+            private_data: private.as_ptr().cast(),
+            private_data_len: CM_REQ_SIZE as u8,
+            responder_resources: dev.max_qp_rd_atom().clamp(0, 255) as u8,
+            flow_control: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            qp_num: conn.qp.qp_num(),
+            ..Default::default()
+        };
+        dbg_event!(Cm, nvme, "queue {}: connecting qp {:#x} on {} (hrqsize {}, hsqsize {}, cntlid {})",
+            self.qid, conn.qp.qp_num(), dev.name(), req.hrqsize, req.hsqsize, req.cntlid);
+        self.begin_cm_step();
+        // SAFETY: owned id with a QP; `param` and the private data outlive the call.
+        rdma::errno(unsafe { bindings::rdma_connect(conn.cm_id.as_ptr(), &param as *const _ as *mut _) })?;
+        self.wait_cm_step(bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED, CM_CONNECT_TIMEOUT_MS)?;
+
+        for i in 0..depth {
+            self.post_recv(&conn, i)?;
+        }
+        // SAFETY: called from the set-up work; the queue was freed before (no connection
+        // installed), so nothing uses the cell.
+        let old = unsafe { self.conn.replace(Some(conn)) };
+        debug_assert!(old.is_none());
+        self.flags.store(ALLOCATED | ESTABLISHED, Ordering::Release);
+        dbg_event!(Queue, nvme, "queue {}: connected, depth {}", self.qid, depth);
+        Ok(())
+    }
+
+    fn begin_cm_step(&self) {
+        self.cm_event.store(-1, Ordering::Relaxed);
+        self.cm_status.store(0, Ordering::Relaxed);
+        self.cm_done.reinit();
+    }
+
+    /// Waits for the CM event that ends one step of connecting.
+    fn wait_cm_step(&self, expected: bindings::rdma_cm_event_type, timeout_ms: u32) -> Result {
+        if !self.cm_done.wait_ms(timeout_ms) {
+            log_info!(self.nvme(), "queue {}: no {} within {} ms", self.qid, rdma::cm_event_msg(expected), timeout_ms);
+            return Err(errno::ETIMEDOUT());
+        }
+        let event = self.cm_event.load(Ordering::Acquire);
+        if event == expected as i32 {
+            return Ok(());
+        }
+        let status = self.cm_status.load(Ordering::Relaxed);
+        log_info!(self.nvme(), "queue {}: {} instead of {} (status {})", self.qid,
+            rdma::cm_event_msg(event as u32), rdma::cm_event_msg(expected), status);
+        Err(if status < 0 { Error::from_errno(status) } else { errno::ECONNREFUSED() })
+    }
+
+    /// Records a CM event for the waiting set-up step.
+    fn cm_signal(&self, event: bindings::rdma_cm_event_type, status: i32) {
+        self.cm_status.store(status, Ordering::Relaxed);
+        self.cm_event.store(event as i32, Ordering::Release);
+        self.cm_done.complete();
+    }
+
+    /// Registers the pool MR on this (admin) queue's QP and waits for it to take effect.
+    pub(crate) fn register_pool(&self, reg: &PoolReg) -> Result {
+        // SAFETY: called from the set-up work with the connection just installed.
+        let conn = unsafe { self.conn() }.ok_or(errno::ENOTCONN())?;
+        let mr = reg.mr();
+        let access = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE
+            | bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
+            | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE;
+        let mut wr = bindings::ib_reg_wr {
+            mr: mr.as_ptr(),
+            key: mr.rkey(),
+            access: access as i32,
+            ..Default::default()
+        };
+        wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
+        wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as i32;
+        wr.wr.__bindgen_anon_1.wr_cqe = self.reg_cqe.get().cast();
+        self.reg_done.reinit();
+        // SAFETY: `reg_cqe` lives in the queue, which outlives the QP (and the drain at
+        // teardown completes any outstanding request).
+        unsafe { conn.qp.post_send(&wr.wr) }?;
+        if !self.reg_done.wait_ms(REG_TIMEOUT_MS) {
+            log_err!(self.nvme(), "pool registration did not complete within {} ms", REG_TIMEOUT_MS);
+            return Err(errno::ETIMEDOUT());
+        }
+        // SAFETY: `reg_cqe` is only written by `reg_done`, which has run.
+        let status = unsafe { (*self.reg_cqe.get()).status.load(Ordering::Acquire) };
+        if status != bindings::ib_wc_status_IB_WC_SUCCESS as i32 {
+            log_err!(self.nvme(), "pool registration failed: {}", rdma::wc_status_msg(status as u32));
+            return Err(EIO);
+        }
+        Ok(())
+    }
+
+    // --- Stopping -------------------------------------------------------------------------
+
+    /// Stops the queue: disconnects and drains the QP, so no completion of it runs afterwards.
+    /// The connection stays installed until [`Queue::free`].
+    pub(crate) fn stop(&self) {
+        if !self.is_allocated() {
+            return;
+        }
+        let _guard = self.stop_lock.lock();
+        let was = self.flags.fetch_and(!(LIVE | ESTABLISHED), Ordering::AcqRel);
+        if was & (LIVE | ESTABLISHED) != 0 {
+            // SAFETY: allocated queues have a connection, which only `free` removes, and `free`
+            // is not concurrent with `stop` (both run from the controller's work items, or
+            // `stop` from the timeout handler while the queue is allocated).
+            if let Some(conn) = unsafe { self.conn() } {
+                conn.cm_id.disconnect();
+                conn.qp.drain();
+            }
+        }
+    }
+
+    /// Releases the connection's resources.
+    pub(crate) fn free(&self) {
+        if self.flags.fetch_and(!ALLOCATED, Ordering::AcqRel) & ALLOCATED == 0 {
+            return;
+        }
+        // SAFETY: the controller's teardown stopped (drained) the queue and quiesced blk-mq
+        // before calling this, so nothing uses the connection.
+        let conn = unsafe { self.conn.replace(None) };
+        if let Some(conn) = conn {
+            dbg_event!(Queue, self.nvme(), "queue {}: released qp {:#x}", self.qid, conn.qp.qp_num());
+            drop(conn);
+        }
+    }
+
+    // --- Posting --------------------------------------------------------------------------
+
+    /// Command capsule buffer of ring entry `index`.
+    pub(crate) fn sqe(&self, index: usize) -> *mut u8 {
+        self.sqes.entry(index, SQE_SIZE)
+    }
+
+    /// Sends the command in ring entry `index`, with in-capsule data `inline` if any; the
+    /// send completion goes to `cqe`.
+    ///
+    /// # Safety
+    ///
+    /// `cqe` must stay valid until the send completes or the QP is drained, and `inline` must
+    /// describe registered pool memory.
+    pub(crate) unsafe fn post_command(
+        &self,
+        conn: &Conn,
+        index: usize,
+        cqe: *mut bindings::ib_cqe,
+        inline: Option<bindings::ib_sge>,
+    ) -> Result {
+        let offset = index * SQE_SIZE;
+        conn.sqe_map.sync_for_device(offset, SQE_SIZE);
+        let mut sge = [
+            bindings::ib_sge { addr: conn.sqe_map.addr() + offset as u64, length: SQE_SIZE as u32, lkey: conn.lkey },
+            inline.unwrap_or_default(),
+        ];
+        let mut wr = bindings::ib_send_wr {
+            sg_list: sge.as_mut_ptr(),
+            num_sge: if inline.is_some() { 2 } else { 1 },
+            opcode: bindings::ib_wr_opcode_IB_WR_SEND,
+            send_flags: bindings::ib_send_flags_IB_SEND_SIGNALED as i32,
+            ..Default::default()
+        };
+        wr.__bindgen_anon_1.wr_cqe = cqe;
+        self.cmds.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the SGEs name the mapped command ring and (per the contract) registered
+        // pool memory; the verbs provider copies the WR before returning.
+        unsafe { conn.qp.post_send(&wr) }
+    }
+
+    fn post_recv(&self, conn: &Conn, index: u32) -> Result {
+        let offset = index as usize * CQE_SIZE;
+        let mut sge =
+            bindings::ib_sge { addr: conn.rsp_map.addr() + offset as u64, length: CQE_SIZE as u32, lkey: conn.lkey };
+        let mut wr = bindings::ib_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        wr.__bindgen_anon_1.wr_cqe = &self.recv_cqes[index as usize].cqe as *const _ as *mut _;
+        // SAFETY: the receive buffer is part of the mapped ring and its completion entry lives
+        // in the queue, which outlives the QP.
+        let ret = unsafe { conn.qp.post_recv(&wr) };
+        if let Err(e) = ret {
+            log_err!(self.nvme(), "queue {}: posting receive failed ({:?})", self.qid, e);
+        }
+        ret
+    }
+
+    /// Sends the asynchronous event request (admin queue).
+    pub(crate) fn submit_async_event(&self) {
+        // SAFETY: called by the core while the admin queue is live.
+        let Some(conn) = (unsafe { self.conn() }) else { return };
+        let index = AEN_COMMAND_ID as usize;
+        let sqe = self.sqe(index);
+        let mut cmd = [0u8; SQE_SIZE];
+        cmd[0] = bindings::nvme_admin_opcode_nvme_admin_async_event as u8;
+        cmd[2..4].copy_from_slice(&AEN_COMMAND_ID.to_le_bytes());
+        crate::proto::capsule::set_sgl(&mut cmd, &crate::proto::sgl::KeyedSgl::default().encode().unwrap_or_default());
+        // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding.
+        unsafe { core::ptr::copy_nonoverlapping(cmd.as_ptr(), sqe, SQE_SIZE) };
+        // SAFETY: `aen_cqe` lives in the queue.
+        if let Err(e) = unsafe { self.post_command(conn, index, self.aen_cqe.get(), None) } {
+            log_err!(self.nvme(), "posting the async event request failed ({:?})", e);
+        }
+    }
+
+    /// Logs a failed work request and starts error recovery.
+    fn wr_error(&self, wc: &bindings::ib_wc, op: &str) {
+        let ctrl = self.ctrl();
+        if ctrl.nvme().state() == crate::nvme::State::Live {
+            log_info!(self.nvme(), "queue {}: {} failed with status {} ({})", self.qid, op,
+                rdma::wc_status_msg(wc.status), wc.status);
+        }
+        ctrl.error_recovery(format_args!("{} failed on queue {}", op, self.qid));
+    }
+}
+
+// --- Callbacks from the RDMA core ---------------------------------------------------------
+
+/// # Safety
+///
+/// Called by the RDMA CM with the id created in `Queue::connect`, whose context is the queue.
+unsafe extern "C" fn cm_handler(id: *mut bindings::rdma_cm_id, ev: *mut bindings::rdma_cm_event) -> i32 {
+    // SAFETY: see the function's contract; the event is valid for the call.
+    let (queue, event, status) = unsafe { (&*((*id).context as *const Queue), (*ev).event, (*ev).status) };
+    let nvme = queue.nvme();
+    dbg_event!(Cm, nvme, "queue {}: {} ({}) status {}", queue.qid, rdma::cm_event_msg(event), event, status);
+    match event {
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED
+        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED
+        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => queue.cm_signal(event, 0),
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => {
+            let mut len = 0u8;
+            // SAFETY: valid id and event for the duration of the handler.
+            let data = unsafe { bindings::rdma_consumer_reject_data(id, ev, &mut len) };
+            // SAFETY: as above; returns a static string.
+            let cm_msg = unsafe { kernel::str::CStr::from_char_ptr(bindings::rdma_reject_msg(id, status)) };
+            let rej = if data.is_null() {
+                None
+            } else {
+                // SAFETY: the CM hands out `len` bytes of private data valid during the call.
+                CmReject::decode(unsafe { core::slice::from_raw_parts(data.cast::<u8>(), len as usize) })
+            };
+            match rej {
+                Some(r) => log_err!(nvme, "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
+                    queue.qid, status, cm_msg, r.sts, r.msg()),
+                None => log_err!(nvme, "queue {}: connect rejected: status {} ({})", queue.qid, status, cm_msg),
+            }
+            queue.cm_signal(event, errno::ECONNRESET().to_errno());
+        }
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_ERROR
+        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR
+        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR
+        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => {
+            let err = if status < 0 { status } else { errno::ECONNRESET().to_errno() };
+            queue.cm_signal(event, err);
+        }
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED
+        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE
+        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => {
+            if queue.flags.load(Ordering::Acquire) & ESTABLISHED != 0 {
+                queue.ctrl().error_recovery(format_args!("queue {}: {}", queue.qid, rdma::cm_event_msg(event)));
+            }
+            queue.cm_signal(event, errno::ECONNRESET().to_errno());
+        }
+        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => {
+            // The ib_client remove callback releases everything on the device; a set-up step
+            // waiting on this id fails now.
+            queue.cm_signal(event, ENODEV.to_errno());
+        }
+        _ => {
+            log_err!(nvme, "queue {}: unexpected RDMA CM event {} ({})", queue.qid, rdma::cm_event_msg(event), event);
+            queue.ctrl().error_recovery(format_args!("queue {}: unexpected CM event {}", queue.qid, event));
+        }
+    }
+    0
+}
+
+/// Asynchronous QP events: fatal ones mean the connection is gone.
+unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut c_void) {
+    // SAFETY: the QP's context is its queue, alive while the QP exists.
+    let (queue, ev) = unsafe { (&*(context as *const Queue), (*event).event) };
+    dbg_event!(Queue, queue.nvme(), "queue {}: QP event {} ({})", queue.qid, rdma::event_msg(ev), ev);
+    match ev {
+        bindings::ib_event_type_IB_EVENT_QP_FATAL
+        | bindings::ib_event_type_IB_EVENT_QP_REQ_ERR
+        | bindings::ib_event_type_IB_EVENT_QP_ACCESS_ERR => {
+            log_err!(queue.nvme(), "queue {}: QP event {}", queue.qid, rdma::event_msg(ev));
+            queue.ctrl().error_recovery(format_args!("queue {}: {}", queue.qid, rdma::event_msg(ev)));
+        }
+        _ => {}
+    }
+}
+
+unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: the RDMA core passes a valid completion whose `wr_cqe` is a `RecvCqe` of a live
+    // queue (posted in `post_recv`).
+    let (wc, rc) = unsafe {
+        let wc = &*wc;
+        (wc, &*(wc.__bindgen_anon_1.wr_cqe as *const RecvCqe))
+    };
+    // SAFETY: set in `Queue::new`, the queue outlives its QP.
+    let queue = unsafe { &*rc.queue };
+    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
+        queue.wr_error(wc, "RECV");
+        return;
+    }
+    // SAFETY: a completion of this queue's CQ: the connection is installed (see `conn`).
+    let Some(conn) = (unsafe { queue.conn() }) else { return };
+    if (wc.byte_len as usize) < CQE_SIZE {
+        log_err!(queue.nvme(), "queue {}: truncated response of {} bytes", queue.qid, wc.byte_len);
+        queue.ctrl().error_recovery(format_args!("truncated response on queue {}", queue.qid));
+        return;
+    }
+    let offset = rc.index as usize * CQE_SIZE;
+    conn.rsp_map.sync_for_cpu(offset, CQE_SIZE);
+    let mut raw = [0u8; CQE_SIZE];
+    // SAFETY: the ring entry is ours until the receive is reposted below.
+    unsafe { core::ptr::copy_nonoverlapping(queue.rsps.entry(rc.index as usize, CQE_SIZE), raw.as_mut_ptr(), CQE_SIZE) };
+    let cqe = crate::proto::capsule::Cqe::decode(&raw);
+    let invalidated = wc.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0;
+    if queue.qid == 0 && cqe.command_id & 0xfff >= AEN_COMMAND_ID {
+        queue.ctrl().nvme().complete_async_event(u16::from_le_bytes([raw[14], raw[15]]), cqe.result);
+    } else {
+        crate::mq::process_response(queue, conn, &raw, invalidated);
+    }
+    conn.rsp_map.sync_for_device(offset, CQE_SIZE);
+    let _ = queue.post_recv(conn, rc.index);
+}
+
+unsafe extern "C" fn aen_send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: valid completion of the AEN send posted by `submit_async_event`; `qp_context` is
+    // the queue.
+    let (wc, queue) = unsafe { (&*wc, &*((*(*wc).qp).qp_context as *const Queue)) };
+    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
+        queue.wr_error(wc, "ASYNC");
+    }
+}
+
+unsafe extern "C" fn reg_wr_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: valid completion of the REG_MR posted by `register_pool`, whose `wr_cqe` is the
+    // queue's `reg_cqe` and whose QP context is the queue.
+    let (wc, queue) = unsafe { (&*wc, &*((*(*wc).qp).qp_context as *const Queue)) };
+    // SAFETY: `reg_cqe` is a `WaitCqe` inside the queue.
+    unsafe { (*queue.reg_cqe.get()).status.store(wc.status as i32, Ordering::Release) };
+    queue.reg_done.complete();
+}

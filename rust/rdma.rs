@@ -1,0 +1,486 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Owned RDMA CM and verbs objects.
+//!
+//! Each type owns one object of the RDMA core and releases it on drop, so a connection is torn
+//! down by dropping its parts in the right order (see `queue::Conn`). The kernel crate of 6.12
+//! has no RDMA abstractions; these are the minimum the transport needs.
+
+use crate::bindings;
+use core::ptr::NonNull;
+use kernel::error::{from_err_ptr, to_result};
+use kernel::ffi::c_void;
+use kernel::prelude::*;
+use kernel::str::CStr;
+
+/// Converts a negative errno from the RDMA core into an [`Error`].
+pub(crate) fn errno(ret: i32) -> Result {
+    to_result(ret)
+}
+
+/// An RDMA device, valid while a connection of ours uses it: the ib_client `remove` callback
+/// tears down every connection on a device before it goes away.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Device(NonNull<bindings::ib_device>);
+
+// SAFETY: an `ib_device` is shared by the whole RDMA stack; the attributes read here do not
+// change after registration.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// Wraps a device pointer from the RDMA core (CM id, client callback).
+    pub(crate) fn from_raw(dev: *mut bindings::ib_device) -> Option<Self> {
+        NonNull::new(dev).map(Self)
+    }
+
+    pub(crate) fn as_ptr(self) -> *mut bindings::ib_device {
+        self.0.as_ptr()
+    }
+
+    fn attrs(&self) -> &bindings::ib_device_attr {
+        // SAFETY: the device is alive (type invariant) and `attrs` is set at registration.
+        unsafe { &(*self.0.as_ptr()).attrs }
+    }
+
+    /// The device name, e.g. `rxe0`.
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: the name lives as long as the registered device.
+        unsafe { CStr::from_char_ptr(bindings::rsrdma_ibdev_name(self.0.as_ptr())) }
+    }
+
+    pub(crate) fn max_fast_reg_page_list_len(&self) -> u32 {
+        self.attrs().max_fast_reg_page_list_len
+    }
+
+    pub(crate) fn max_qp_rd_atom(&self) -> i32 {
+        self.attrs().max_qp_rd_atom
+    }
+
+    pub(crate) fn max_send_sge(&self) -> i32 {
+        self.attrs().max_send_sge
+    }
+
+    pub(crate) fn max_qp_wr(&self) -> i32 {
+        self.attrs().max_qp_wr
+    }
+
+    pub(crate) fn page_size_cap(&self) -> u64 {
+        self.attrs().page_size_cap
+    }
+
+    /// Whether the device supports memory registration work requests (FRWR).
+    pub(crate) fn has_mem_mgt_extensions(&self) -> bool {
+        self.attrs().device_cap_flags & bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64
+            != 0
+    }
+
+    pub(crate) fn num_comp_vectors(&self) -> i32 {
+        // SAFETY: the device is alive (type invariant).
+        unsafe { (*self.0.as_ptr()).num_comp_vectors }
+    }
+
+    pub(crate) fn numa_node(&self) -> i32 {
+        // SAFETY: the device is alive (type invariant).
+        unsafe { bindings::rsrdma_ibdev_to_node(self.0.as_ptr()) }
+    }
+
+    /// Maps `len` bytes at `cpu_addr` for DMA in direction `dir`.
+    pub(crate) fn map_single(self, cpu_addr: *mut c_void, len: usize, dir: DmaDir) -> Result<DmaMap> {
+        // SAFETY: the caller owns `len` bytes at `cpu_addr` for as long as the mapping exists
+        // (`DmaMap` is dropped before the memory, see its users).
+        let addr = unsafe { bindings::rsrdma_dma_map_single(self.as_ptr(), cpu_addr, len, dir.raw()) };
+        // SAFETY: `addr` came from this device's mapping call.
+        if unsafe { bindings::rsrdma_dma_mapping_error(self.as_ptr(), addr) } != 0 {
+            return Err(ENOMEM);
+        }
+        Ok(DmaMap { dev: self, addr, len, dir })
+    }
+}
+
+/// Direction of a DMA mapping.
+#[derive(Clone, Copy)]
+pub(crate) enum DmaDir {
+    ToDevice,
+    FromDevice,
+    Bidirectional,
+}
+
+impl DmaDir {
+    fn raw(self) -> bindings::dma_data_direction {
+        match self {
+            DmaDir::ToDevice => bindings::dma_data_direction_DMA_TO_DEVICE,
+            DmaDir::FromDevice => bindings::dma_data_direction_DMA_FROM_DEVICE,
+            DmaDir::Bidirectional => bindings::dma_data_direction_DMA_BIDIRECTIONAL,
+        }
+    }
+}
+
+/// A streaming DMA mapping of one buffer; unmapped on drop.
+pub(crate) struct DmaMap {
+    dev: Device,
+    addr: u64,
+    len: usize,
+    dir: DmaDir,
+}
+
+impl DmaMap {
+    /// The bus address of the start of the buffer.
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Hands `[offset, offset + len)` to the CPU.
+    pub(crate) fn sync_for_cpu(&self, offset: usize, len: usize) {
+        // SAFETY: the range is inside the mapping (callers pass ranges of their buffer).
+        unsafe {
+            bindings::rsrdma_dma_sync_for_cpu(self.dev.as_ptr(), self.addr + offset as u64, len, self.dir.raw())
+        }
+    }
+
+    /// Hands `[offset, offset + len)` back to the device.
+    pub(crate) fn sync_for_device(&self, offset: usize, len: usize) {
+        // SAFETY: as in `sync_for_cpu`.
+        unsafe {
+            bindings::rsrdma_dma_sync_for_device(self.dev.as_ptr(), self.addr + offset as u64, len, self.dir.raw())
+        }
+    }
+}
+
+impl Drop for DmaMap {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `Device::map_single` with these parameters.
+        unsafe { bindings::rsrdma_dma_unmap_single(self.dev.as_ptr(), self.addr, self.len, self.dir.raw()) };
+    }
+}
+
+/// An RDMA CM identifier of an RC connection.
+pub(crate) struct CmId(NonNull<bindings::rdma_cm_id>);
+
+// SAFETY: the RDMA CM serializes operations on an id internally; the handle can be used and
+// dropped from any thread (not from its own event handler, see `Drop`).
+unsafe impl Send for CmId {}
+// SAFETY: as above.
+unsafe impl Sync for CmId {}
+
+/// The signature of a CM event handler.
+pub(crate) type CmHandler =
+    unsafe extern "C" fn(*mut bindings::rdma_cm_id, *mut bindings::rdma_cm_event) -> i32;
+
+impl CmId {
+    /// Creates an id whose events go to `handler` with `context`.
+    ///
+    /// # Safety
+    ///
+    /// `context` must stay valid for `handler` until the `CmId` is dropped.
+    pub(crate) unsafe fn new(handler: CmHandler, context: *mut c_void) -> Result<Self> {
+        // SAFETY: the glue calls rdma_create_id for a kernel RC id in init_net.
+        let id = from_err_ptr(unsafe { bindings::rsrdma_create_id(Some(handler), context) })?;
+        Ok(Self(NonNull::new(id).ok_or(ENOMEM)?))
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut bindings::rdma_cm_id {
+        self.0.as_ptr()
+    }
+
+    /// Starts address resolution; the result arrives as a CM event.
+    pub(crate) fn resolve_addr(
+        &self,
+        src: Option<&bindings::__kernel_sockaddr_storage>,
+        dst: &bindings::__kernel_sockaddr_storage,
+        timeout_ms: u32,
+    ) -> Result {
+        let src = src.map_or(core::ptr::null_mut(), |s| s as *const _ as *mut bindings::sockaddr);
+        // SAFETY: the id is owned; the addresses are valid sockaddrs that rdma_resolve_addr
+        // copies before returning.
+        errno(unsafe {
+            bindings::rdma_resolve_addr(
+                self.as_ptr(),
+                src,
+                (dst as *const bindings::__kernel_sockaddr_storage).cast::<bindings::sockaddr>(),
+                timeout_ms as usize,
+            )
+        })
+    }
+
+    /// Starts route resolution; the result arrives as a CM event.
+    pub(crate) fn resolve_route(&self, timeout_ms: u32) -> Result {
+        // SAFETY: the id is owned and its address is resolved (called on ADDR_RESOLVED).
+        errno(unsafe { bindings::rdma_resolve_route(self.as_ptr(), timeout_ms as usize) })
+    }
+
+    /// Sets the IP type of service of the connection.
+    pub(crate) fn set_tos(&self, tos: u8) {
+        // SAFETY: the id is owned.
+        unsafe { bindings::rdma_set_service_type(self.as_ptr(), tos.into()) };
+    }
+
+    /// The device the id is bound to, once its address is resolved.
+    pub(crate) fn device(&self) -> Option<Device> {
+        // SAFETY: the id is owned; `device` is set by address resolution.
+        Device::from_raw(unsafe { (*self.as_ptr()).device })
+    }
+
+    /// Sends the connect request.
+    ///
+    /// Must be called from the id's own event handler (`rdma_connect_locked`).
+    pub(crate) fn connect_locked(&self, param: &bindings::rdma_conn_param) -> Result {
+        // SAFETY: the id is owned, has a QP, and the handler lock is held by our caller.
+        errno(unsafe { bindings::rdma_connect_locked(self.as_ptr(), param as *const _ as *mut _) })
+    }
+
+    /// Starts a disconnect (DREQ); harmless if not connected.
+    pub(crate) fn disconnect(&self) {
+        // SAFETY: the id is owned.
+        unsafe { bindings::rdma_disconnect(self.as_ptr()) };
+    }
+
+    /// Creates the RC QP of this id on `pd`.
+    pub(crate) fn create_qp(&self, pd: &Pd, attr: &mut bindings::ib_qp_init_attr) -> Result<Qp> {
+        // SAFETY: the id is owned and bound to the PD's device; `attr` is a valid init attr
+        // whose CQs outlive the QP (see `queue::Conn` field order).
+        errno(unsafe { bindings::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) })?;
+        // SAFETY: rdma_create_qp succeeded, so `qp` is set; from here `Qp` owns it.
+        let qp = unsafe { (*self.as_ptr()).qp };
+        Ok(Qp(NonNull::new(qp).ok_or(ENOMEM)?))
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        // SAFETY: owned id. rdma_destroy_id waits for a running event handler, so this must
+        // not run from the handler itself; no `CmId` is dropped there.
+        unsafe { bindings::rdma_destroy_id(self.as_ptr()) };
+    }
+}
+
+/// A protection domain.
+pub(crate) struct Pd(NonNull<bindings::ib_pd>);
+
+// SAFETY: a PD is used by reference from many queues; the verbs core is thread safe for it.
+unsafe impl Send for Pd {}
+// SAFETY: as above.
+unsafe impl Sync for Pd {}
+
+impl Pd {
+    pub(crate) fn new(dev: Device) -> Result<Self> {
+        // SAFETY: `dev` is alive.
+        let pd = from_err_ptr(unsafe { bindings::rsrdma_alloc_pd(dev.as_ptr()) })?;
+        Ok(Self(NonNull::new(pd).ok_or(ENOMEM)?))
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut bindings::ib_pd {
+        self.0.as_ptr()
+    }
+
+    /// The lkey for local access to DMA-mapped memory.
+    pub(crate) fn local_dma_lkey(&self) -> u32 {
+        // SAFETY: the PD is owned.
+        unsafe { (*self.as_ptr()).local_dma_lkey }
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: owned; every QP and MR on it was dropped first (field order of the owners).
+        unsafe { bindings::rsrdma_dealloc_pd(self.as_ptr()) };
+    }
+}
+
+/// A completion queue: from the device's shared pool (softirq polling) or, for poll queues,
+/// a private one polled by blk-mq.
+pub(crate) struct Cq {
+    cq: NonNull<bindings::ib_cq>,
+    pooled_cqes: Option<u32>,
+}
+
+// SAFETY: the RDMA core polls CQs from its own context; the handle is only used to create QPs,
+// poll (direct CQs, under blk-mq's poll serialization) and release.
+unsafe impl Send for Cq {}
+// SAFETY: as above.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// Takes a CQ of `nr_cqe` entries from the device's pool, polled in softirq context.
+    pub(crate) fn pooled(dev: Device, nr_cqe: u32, vector: i32) -> Result<Self> {
+        // SAFETY: `dev` is alive.
+        let cq = from_err_ptr(unsafe {
+            bindings::ib_cq_pool_get(dev.as_ptr(), nr_cqe, vector, bindings::ib_poll_context_IB_POLL_SOFTIRQ)
+        })?;
+        Ok(Self { cq: NonNull::new(cq).ok_or(ENOMEM)?, pooled_cqes: Some(nr_cqe) })
+    }
+
+    /// Allocates a CQ polled directly by the caller (blk-mq poll queues).
+    pub(crate) fn direct(dev: Device, nr_cqe: u32, vector: i32, ctx: *mut c_void) -> Result<Self> {
+        // SAFETY: `dev` is alive; `ctx` is stored, not dereferenced, by the core.
+        let cq = from_err_ptr(unsafe {
+            bindings::rsrdma_alloc_cq(dev.as_ptr(), ctx, nr_cqe as i32, vector, bindings::ib_poll_context_IB_POLL_DIRECT)
+        })?;
+        Ok(Self { cq: NonNull::new(cq).ok_or(ENOMEM)?, pooled_cqes: None })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut bindings::ib_cq {
+        self.cq.as_ptr()
+    }
+
+    /// Polls a direct CQ; returns the number of completions processed.
+    pub(crate) fn poll_direct(&self, budget: i32) -> i32 {
+        if self.pooled_cqes.is_some() {
+            return 0;
+        }
+        // SAFETY: a direct CQ owned by us; blk-mq serializes polling of one hctx.
+        unsafe { bindings::ib_process_cq_direct(self.as_ptr(), budget) }
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: owned, and the QPs using it were destroyed first.
+        unsafe {
+            match self.pooled_cqes {
+                Some(n) => bindings::ib_cq_pool_put(self.as_ptr(), n),
+                None => bindings::ib_free_cq(self.as_ptr()),
+            }
+        }
+    }
+}
+
+/// A queue pair.
+pub(crate) struct Qp(NonNull<bindings::ib_qp>);
+
+// SAFETY: posting work requests is thread safe in the verbs API.
+unsafe impl Send for Qp {}
+// SAFETY: as above.
+unsafe impl Sync for Qp {}
+
+impl Qp {
+    pub(crate) fn as_ptr(&self) -> *mut bindings::ib_qp {
+        self.0.as_ptr()
+    }
+
+    pub(crate) fn qp_num(&self) -> u32 {
+        // SAFETY: owned QP.
+        unsafe { (*self.as_ptr()).qp_num }
+    }
+
+    /// Posts a chain of send work requests.
+    ///
+    /// # Safety
+    ///
+    /// Every buffer and `ib_cqe` the chain refers to must stay valid until its completion (or
+    /// the QP is drained).
+    pub(crate) unsafe fn post_send(&self, wr: &bindings::ib_send_wr) -> Result {
+        // SAFETY: owned QP; the caller guarantees the lifetime of what `wr` refers to.
+        errno(unsafe { bindings::rsrdma_post_send(self.as_ptr(), wr) })
+    }
+
+    /// Posts a receive work request.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Qp::post_send`].
+    pub(crate) unsafe fn post_recv(&self, wr: &bindings::ib_recv_wr) -> Result {
+        // SAFETY: as above.
+        errno(unsafe { bindings::rsrdma_post_recv(self.as_ptr(), wr) })
+    }
+
+    /// Moves the QP to the error state and waits until every posted work request completed.
+    pub(crate) fn drain(&self) {
+        // SAFETY: owned QP, its CQ is alive.
+        unsafe { bindings::ib_drain_qp(self.as_ptr()) };
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: owned QP. Not through rdma_destroy_qp: the CM id may already be gone.
+        unsafe { bindings::ib_destroy_qp_user(self.as_ptr(), core::ptr::null_mut()) };
+    }
+}
+
+/// A fast-registration memory region.
+pub(crate) struct Mr(NonNull<bindings::ib_mr>);
+
+// SAFETY: an MR is registered by one work request and then only read (keys, iova).
+unsafe impl Send for Mr {}
+// SAFETY: as above.
+unsafe impl Sync for Mr {}
+
+impl Mr {
+    /// Allocates an MR able to map `max_pages` pages.
+    pub(crate) fn new(pd: &Pd, max_pages: u32) -> Result<Self> {
+        // SAFETY: owned PD.
+        let mr = from_err_ptr(unsafe {
+            bindings::ib_alloc_mr(pd.as_ptr(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, max_pages)
+        })?;
+        Ok(Self(NonNull::new(mr).ok_or(ENOMEM)?))
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut bindings::ib_mr {
+        self.0.as_ptr()
+    }
+
+    pub(crate) fn rkey(&self) -> u32 {
+        // SAFETY: owned MR.
+        unsafe { (*self.as_ptr()).rkey }
+    }
+
+    pub(crate) fn lkey(&self) -> u32 {
+        // SAFETY: owned MR.
+        unsafe { (*self.as_ptr()).lkey }
+    }
+
+    pub(crate) fn iova(&self) -> u64 {
+        // SAFETY: owned MR.
+        unsafe { (*self.as_ptr()).iova }
+    }
+
+    pub(crate) fn length(&self) -> u64 {
+        // SAFETY: owned MR.
+        unsafe { (*self.as_ptr()).length }
+    }
+
+    /// Maps a DMA-mapped scatterlist of `nents` entries into the MR with pages of `page_size`
+    /// bytes; returns the number of entries mapped.
+    ///
+    /// # Safety
+    ///
+    /// `sg` must be a DMA-mapped list of at least `nents` entries.
+    pub(crate) unsafe fn map_sg(&self, sg: *mut bindings::scatterlist, nents: i32, page_size: u32) -> i32 {
+        // SAFETY: owned MR; the caller guarantees the list.
+        unsafe { bindings::ib_map_mr_sg(self.as_ptr(), sg, nents, core::ptr::null_mut(), page_size) }
+    }
+
+    /// Moves the key to a fresh value, so a registration never reuses the previous RKEY.
+    pub(crate) fn bump_key(&self) {
+        let key = self.rkey();
+        // SAFETY: owned MR, not registered at this point.
+        unsafe { bindings::rsrdma_update_fast_reg_key(self.as_ptr(), bindings::rsrdma_inc_rkey(key) as u8) };
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: owned MR; deregistration also invalidates its keys.
+        unsafe { bindings::rsrdma_dereg_mr(self.as_ptr()) };
+    }
+}
+
+/// Human-readable name of a work completion status.
+pub(crate) fn wc_status_msg(status: bindings::ib_wc_status) -> &'static CStr {
+    // SAFETY: returns a static string for any value.
+    unsafe { CStr::from_char_ptr(bindings::ib_wc_status_msg(status)) }
+}
+
+/// Human-readable name of a CM event.
+pub(crate) fn cm_event_msg(event: bindings::rdma_cm_event_type) -> &'static CStr {
+    // SAFETY: returns a static string for any value.
+    unsafe { CStr::from_char_ptr(bindings::rdma_event_msg(event)) }
+}
+
+/// Human-readable name of an asynchronous event.
+pub(crate) fn event_msg(event: bindings::ib_event_type) -> &'static CStr {
+    // SAFETY: returns a static string for any value.
+    unsafe { CStr::from_char_ptr(bindings::ib_event_msg(event)) }
+}

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Synchronization pieces 6.12's kernel crate lacks: an interrupt-safe spinlock, a cell for
+//! the resources of the current connection, and a completion with a timed wait.
+
+use crate::bindings;
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+use kernel::init::PinInit;
+use kernel::prelude::*;
+use kernel::types::Opaque;
+
+/// A spinlock taken with interrupts disabled, for state shared between process context and
+/// completion (softirq or hardirq) context.
+#[pin_data]
+pub(crate) struct IrqLock<T> {
+    #[pin]
+    lock: Opaque<bindings::spinlock_t>,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: the lock serializes all access to `data`.
+unsafe impl<T: Send> Send for IrqLock<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for IrqLock<T> {}
+
+impl<T> IrqLock<T> {
+    pub(crate) fn new(data: T) -> impl PinInit<Self> {
+        pin_init!(Self {
+            // SAFETY: `spin_lock_init` initializes the spinlock in place.
+            lock <- Opaque::ffi_init(|p| unsafe { bindings::rsrdma_spin_lock_init(p) }),
+            data: UnsafeCell::new(data),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> IrqGuard<'_, T> {
+        // SAFETY: the lock was initialized by `new`.
+        let flags = unsafe { bindings::rsrdma_spin_lock_irqsave(self.lock.get()) };
+        IrqGuard { lock: self, flags }
+    }
+}
+
+/// Holds an [`IrqLock`]; released on drop.
+pub(crate) struct IrqGuard<'a, T> {
+    lock: &'a IrqLock<T>,
+    flags: kernel::ffi::c_ulong,
+}
+
+impl<T> Deref for IrqGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: the lock is held.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T> DerefMut for IrqGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the lock is held.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+impl<T> Drop for IrqGuard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: taken in `IrqLock::lock` with these flags.
+        unsafe { bindings::rsrdma_spin_unlock_irqrestore(self.lock.lock.get(), self.flags) };
+    }
+}
+
+/// The resources of a queue's (or controller's) current connection.
+///
+/// The I/O path reads them without a lock. They are installed and removed only by the
+/// controller's set-up and teardown work, which first makes sure nothing can use them: the
+/// block layer queues are quiesced and the QPs drained, so neither `queue_rq` nor a completion
+/// can run for that connection.
+pub(crate) struct ConnCell<T> {
+    inner: UnsafeCell<Option<T>>,
+}
+
+// SAFETY: shared access only hands out `&T` (T is Sync); replacement is exclusive by the
+// contract of `replace`.
+unsafe impl<T: Send + Sync> Sync for ConnCell<T> {}
+// SAFETY: owning the cell owns the `T`.
+unsafe impl<T: Send> Send for ConnCell<T> {}
+
+impl<T> ConnCell<T> {
+    pub(crate) const fn new() -> Self {
+        Self { inner: UnsafeCell::new(None) }
+    }
+
+    /// The current connection, if any.
+    ///
+    /// # Safety
+    ///
+    /// No `replace` may run while the returned reference is used: the caller runs on the I/O
+    /// path of a connection that is installed (see the type docs), or is the set-up/teardown
+    /// work itself.
+    pub(crate) unsafe fn get(&self) -> Option<&T> {
+        // SAFETY: no concurrent writer per the contract.
+        unsafe { (*self.inner.get()).as_ref() }
+    }
+
+    /// Installs or removes the connection, returning the previous one.
+    ///
+    /// # Safety
+    ///
+    /// Only the controller's set-up/teardown work may call this, when nothing can be using the
+    /// current value (queues quiesced, QPs drained) and no reference from `get` is alive.
+    pub(crate) unsafe fn replace(&self, value: Option<T>) -> Option<T> {
+        // SAFETY: exclusive per the contract.
+        unsafe { core::mem::replace(&mut *self.inner.get(), value) }
+    }
+}
+
+/// A `struct completion` with a timed wait.
+#[pin_data]
+pub(crate) struct Completion {
+    #[pin]
+    inner: Opaque<bindings::completion>,
+}
+
+// SAFETY: completions are designed to be signalled and waited on from any context.
+unsafe impl Send for Completion {}
+// SAFETY: as above.
+unsafe impl Sync for Completion {}
+
+impl Completion {
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            // SAFETY: `init_completion` initializes in place.
+            inner <- Opaque::ffi_init(|p| unsafe { bindings::rsrdma_init_completion(p) }),
+        })
+    }
+
+    /// Forgets a past `complete`, before starting an operation that will signal again.
+    pub(crate) fn reinit(&self) {
+        // SAFETY: initialized in `new`.
+        unsafe { bindings::rsrdma_reinit_completion(self.inner.get()) };
+    }
+
+    pub(crate) fn complete(&self) {
+        // SAFETY: initialized in `new`.
+        unsafe { bindings::complete(self.inner.get()) };
+    }
+
+    /// Waits at most `timeout_ms`; false if it timed out.
+    pub(crate) fn wait_ms(&self, timeout_ms: u32) -> bool {
+        // SAFETY: initialized in `new`; sleeping is allowed in the callers (work items).
+        unsafe { bindings::rsrdma_wait_for_completion_ms(self.inner.get(), timeout_ms) > 0 }
+    }
+}
