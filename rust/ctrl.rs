@@ -12,7 +12,7 @@ use crate::bindings;
 use crate::errno;
 use crate::glue::{dbg_event, log_err, log_info, log_warn};
 use crate::mq::{ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
-use crate::nvme::{Ctrl, Options, State};
+use crate::nvme::{status_result, Ctrl, Failure, Options, State};
 use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
 use crate::queue::{Queue, ADMIN_DEPTH};
@@ -31,31 +31,7 @@ use kernel::types::Opaque;
 const MAX_QUEUE_SIZE: u32 = 256;
 /// How long to wait for I/O to drain when the number of queues changes on reconnect.
 const FREEZE_TIMEOUT_MS: u32 = 30_000;
-/// NVMe status bit "Do Not Retry".
-const NVME_STATUS_DNR: i32 = 0x4000;
 const HCTX_MAX_TYPES: usize = bindings::hctx_type_HCTX_MAX_TYPES as usize;
-
-/// Why setting up failed: an errno, or an NVMe status (which may forbid retrying).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Failure {
-    errno: Error,
-    dnr: bool,
-}
-
-impl From<Error> for Failure {
-    fn from(errno: Error) -> Self {
-        Self { errno, dnr: false }
-    }
-}
-
-/// Turns the return value of a core function that may return an NVMe status into a result.
-fn status_result(ret: i32) -> Result<(), Failure> {
-    match ret {
-        0 => Ok(()),
-        r if r < 0 => Err(Error::from_errno(r).into()),
-        r => Err(Failure { errno: EIO, dnr: r & NVME_STATUS_DNR != 0 }),
-    }
-}
 
 /// The controller's resources on its current RDMA device. Field order is drop order: the pool
 /// MR is deregistered (its RKEY invalidated) before the protection domain goes.
@@ -117,7 +93,11 @@ fn parse_addr(addr: &CStr, port: Option<&CStr>) -> Result<bindings::__kernel_soc
     // SAFETY: valid NUL-terminated strings (or null port) and an output buffer of the right
     // type.
     to_result(unsafe {
-        bindings::rsrdma_parse_addr(addr.as_char_ptr(), port.map_or(core::ptr::null(), |p| p.as_char_ptr()), &mut ss)
+        bindings::rsrdma_parse_addr(
+            addr.as_char_ptr(),
+            port.map_or(core::ptr::null(), |p| p.as_char_ptr()),
+            &mut ss,
+        )
     })?;
     Ok(ss)
 }
@@ -131,7 +111,11 @@ impl RdmaCtrl {
     pub(crate) unsafe fn from_nvme<'a>(nctrl: *mut bindings::nvme_ctrl) -> &'a RdmaCtrl {
         // SAFETY: per the contract, `nctrl` is the first field of a pinned `RdmaCtrl`... it is
         // located with `container_of` arithmetic on the field offset.
-        unsafe { &*(nctrl.cast::<u8>().sub(core::mem::offset_of!(RdmaCtrl, nctrl)) as *const RdmaCtrl) }
+        unsafe {
+            &*(nctrl
+                .cast::<u8>()
+                .sub(core::mem::offset_of!(RdmaCtrl, nctrl)) as *const RdmaCtrl)
+        }
     }
 
     pub(crate) fn nvme(&self) -> Ctrl {
@@ -183,12 +167,16 @@ impl RdmaCtrl {
     /// Whether `qid` is a poll queue (after the default and read queues).
     pub(crate) fn is_poll_queue(&self, qid: u16) -> bool {
         let q = self.io_queues();
-        qid as u32 > q[bindings::hctx_type_HCTX_TYPE_DEFAULT as usize] + q[bindings::hctx_type_HCTX_TYPE_READ as usize]
+        qid as u32
+            > q[bindings::hctx_type_HCTX_TYPE_DEFAULT as usize]
+                + q[bindings::hctx_type_HCTX_TYPE_READ as usize]
     }
 
     /// Whether a write of `len` bytes on queue `qid` goes in the command capsule.
     pub(crate) fn inline_fits(&self, qid: u16, len: u32) -> bool {
-        qid != 0 && self.use_inline.load(Ordering::Relaxed) && len <= self.inline_size.load(Ordering::Relaxed)
+        qid != 0
+            && self.use_inline.load(Ordering::Relaxed)
+            && len <= self.inline_size.load(Ordering::Relaxed)
     }
 
     /// The pool registration of the current connection.
@@ -214,21 +202,33 @@ impl RdmaCtrl {
     }
 
     pub(crate) fn block_device(&self, dev: Option<Device>) {
-        self.blocked_dev.store(dev.map_or(core::ptr::null_mut(), |d| d.as_ptr()), Ordering::Release);
+        self.blocked_dev.store(
+            dev.map_or(core::ptr::null_mut(), |d| d.as_ptr()),
+            Ordering::Release,
+        );
     }
 
     /// The protection domain for queue `qid` on `dev`: the admin queue creates it, the I/O
     /// queues must resolve to the same device. Called from the set-up work only.
     pub(crate) fn pd_for(&self, qid: u16, dev: Device) -> Result<&Pd> {
         if self.device_blocked(dev) {
-            log_info!(self.nvme().as_ptr(), "RDMA device {} is being removed, not using it", dev.name());
+            log_info!(
+                self.nvme().as_ptr(),
+                "RDMA device {} is being removed, not using it",
+                dev.name()
+            );
             return Err(ENODEV);
         }
         // SAFETY: set-up work context (see `ConnCell`).
         if let Some(c) = unsafe { self.conn.get() } {
             if c.dev != dev {
-                log_err!(self.nvme().as_ptr(), "queue {} resolved to {}, not {}: all queues must use one RDMA device",
-                    qid, dev.name(), c.dev.name());
+                log_err!(
+                    self.nvme().as_ptr(),
+                    "queue {} resolved to {}, not {}: all queues must use one RDMA device",
+                    qid,
+                    dev.name(),
+                    c.dev.name()
+                );
                 return Err(EINVAL);
             }
             return Ok(&c.pd);
@@ -237,7 +237,11 @@ impl RdmaCtrl {
             return Err(errno::ENOTCONN());
         }
         if !dev.has_mem_mgt_extensions() {
-            log_err!(self.nvme().as_ptr(), "RDMA device {} has no memory registration work requests", dev.name());
+            log_err!(
+                self.nvme().as_ptr(),
+                "RDMA device {} has no memory registration work requests",
+                dev.name()
+            );
             return Err(errno::EOPNOTSUPP());
         }
         let pd = Pd::new(dev)?;
@@ -259,29 +263,52 @@ impl RdmaCtrl {
         opts.default_trsvcid(c_str!("4420"))?;
         let traddr = opts.traddr().ok_or(EINVAL)?;
         let addr = parse_addr(traddr, opts.trsvcid()).inspect_err(|_| {
-            log_err!(core::ptr::null(), "traddr: malformed address {}:{}", traddr, opts.trsvcid().unwrap_or(c_str!("")));
+            log_err!(
+                core::ptr::null(),
+                "traddr: malformed address {}:{}",
+                traddr,
+                opts.trsvcid().unwrap_or(c_str!(""))
+            );
         })?;
         let src_addr = match opts.host_traddr() {
             Some(h) => Some(parse_addr(h, None).inspect_err(|_| {
-                log_err!(core::ptr::null(), "host_traddr: malformed source address {}", h);
+                log_err!(
+                    core::ptr::null(),
+                    "host_traddr: malformed source address {}",
+                    h
+                );
             })?),
             None => None,
         };
         if !opts.duplicate_connect() && crate::registration::existing_controller(opts) {
-            log_err!(core::ptr::null(), "already connected to {} at {}:{} (use duplicate_connect to force)",
-                opts.subsysnqn().unwrap_or(c_str!("")), traddr, opts.trsvcid().unwrap_or(c_str!("")));
+            log_err!(
+                core::ptr::null(),
+                "already connected to {} at {}:{} (use duplicate_connect to force)",
+                opts.subsysnqn().unwrap_or(c_str!("")),
+                traddr,
+                opts.trsvcid().unwrap_or(c_str!(""))
+            );
             return Err(errno::EALREADY());
         }
-        let policy = Policy::from_opts(opts.reconnect_delay() as i32, Self::ctrl_loss_tmo(opts)).map_err(|m| {
-            log_err!(core::ptr::null(), "reconnect_delay/ctrl_loss_tmo: {}", m);
-            EINVAL
-        })?;
+        let policy = Policy::from_opts(opts.reconnect_delay() as i32, Self::ctrl_loss_tmo(opts))
+            .map_err(|m| {
+                log_err!(core::ptr::null(), "reconnect_delay/ctrl_loss_tmo: {}", m);
+                EINVAL
+            })?;
 
         let io_depth = (opts.queue_size() as u32).min(MAX_QUEUE_SIZE);
         let nr_io = opts.total_io_queues();
-        let slot_size = crate::glue::slot_bytes().next_power_of_two().clamp(512, 1 << 20);
+        let slot_size = crate::glue::slot_bytes()
+            .next_power_of_two()
+            .clamp(512, 1 << 20);
         let io_large = crate::glue::io_pool_bytes().clamp(u64::from(MAX_IO_BYTES), 16 << 20);
-        let cfg = PoolConfig { nr_io_queues: nr_io as u16, io_depth, slot_size, io_large, numa_node: -1 };
+        let cfg = PoolConfig {
+            nr_io_queues: nr_io as u16,
+            io_depth,
+            slot_size,
+            io_large,
+            numa_node: -1,
+        };
         let pool = Pool::new(&cfg)?;
 
         let ctrl = KBox::try_pin_init(
@@ -336,7 +363,11 @@ impl RdmaCtrl {
         // SAFETY: the core's work item of our controller, initialized here as the core expects
         // from transports.
         unsafe {
-            bindings::rsrdma_init_work(ctrl.nvme().reset_work(), Some(reset_work), bindings::rsrdma_work_class_RSRDMA_WORK_RESET)
+            bindings::rsrdma_init_work(
+                ctrl.nvme().reset_work(),
+                Some(reset_work),
+                bindings::rsrdma_work_class_RSRDMA_WORK_RESET,
+            )
         };
         // SAFETY: `nctrl` is zeroed apart from the fields set above; `ops` is static.
         to_result(unsafe { bindings::nvme_init_ctrl(ctrl.nctrl.get(), dev, ops, 0) })?;
@@ -357,9 +388,17 @@ impl RdmaCtrl {
             n.put();
             return Err(f.errno);
         }
-        log_info!(n.as_ptr(), "new ctrl: NQN \"{}\", addr {}:{}, hostnqn: {}, {} I/O queues of depth {}, pool {} KiB",
-            n.subsysnqn(), traddr, opts.trsvcid().unwrap_or(c_str!("")), opts.hostnqn().unwrap_or(c_str!("")),
-            n.queue_count() - 1, u32::from(n.sqsize()) + 1, ctrl.pool.total_size() >> 10);
+        log_info!(
+            n.as_ptr(),
+            "new ctrl: NQN \"{}\", addr {}:{}, hostnqn: {}, {} I/O queues of depth {}, pool {} KiB",
+            n.subsysnqn(),
+            traddr,
+            opts.trsvcid().unwrap_or(c_str!("")),
+            opts.hostnqn().unwrap_or(c_str!("")),
+            n.queue_count() - 1,
+            u32::from(n.sqsize()) + 1,
+            ctrl.pool.total_size() >> 10
+        );
         Ok(ctrl)
     }
 
@@ -393,24 +432,46 @@ impl RdmaCtrl {
             return Err(errno::EOPNOTSUPP().into());
         }
         if n.sgls() & (1 << 2) == 0 {
-            log_err!(nptr, "the controller does not support keyed SGLs, which NVMe/RDMA requires");
+            log_err!(
+                nptr,
+                "the controller does not support keyed SGLs, which NVMe/RDMA requires"
+            );
             return Err(errno::EOPNOTSUPP().into());
         }
         let opts = n.opts();
         if opts.queue_size() > usize::from(n.sqsize()) + 1 {
-            log_warn!(nptr, "queue_size {} > ctrl sqsize {}, clamping down", opts.queue_size(), u32::from(n.sqsize()) + 1);
+            log_warn!(
+                nptr,
+                "queue_size {} > ctrl sqsize {}, clamping down",
+                opts.queue_size(),
+                u32::from(n.sqsize()) + 1
+            );
         }
         if u32::from(n.sqsize()) + 1 > MAX_QUEUE_SIZE {
-            log_warn!(nptr, "ctrl sqsize {} > max queue size {}, clamping down", u32::from(n.sqsize()) + 1, MAX_QUEUE_SIZE);
+            log_warn!(
+                nptr,
+                "ctrl sqsize {} > max queue size {}, clamping down",
+                u32::from(n.sqsize()) + 1,
+                MAX_QUEUE_SIZE
+            );
             n.set_sqsize((MAX_QUEUE_SIZE - 1) as u16);
         }
         if n.maxcmd() != 0 && n.sqsize() + 1 > n.maxcmd() {
-            log_warn!(nptr, "sqsize {} > ctrl maxcmd {}, clamping down", u32::from(n.sqsize()) + 1, n.maxcmd());
+            log_warn!(
+                nptr,
+                "sqsize {} > ctrl maxcmd {}, clamping down",
+                u32::from(n.sqsize()) + 1,
+                n.maxcmd()
+            );
             n.set_sqsize(n.maxcmd() - 1);
         }
         let inline = n.sgls() & (1 << 20) != 0;
-        let inline_size = n.ioccsz_bytes().saturating_sub(crate::proto::capsule::SQE_SIZE as u32).min(self.slot_size);
-        self.use_inline.store(inline && inline_size > 0, Ordering::Relaxed);
+        let inline_size = n
+            .ioccsz_bytes()
+            .saturating_sub(crate::proto::capsule::SQE_SIZE as u32)
+            .min(self.slot_size);
+        self.use_inline
+            .store(inline && inline_size > 0, Ordering::Relaxed);
         self.inline_size.store(inline_size, Ordering::Relaxed);
 
         if n.queue_count() > 1 {
@@ -418,7 +479,11 @@ impl RdmaCtrl {
         }
         if !n.change_state(State::Live) {
             // Only allowed if deletion started meanwhile (not for a new controller).
-            log_info!(nptr, "controller state changed during set-up ({:?}), not going live", n.state());
+            log_info!(
+                nptr,
+                "controller state changed during set-up ({:?}), not going live",
+                n.state()
+            );
             if n.queue_count() > 1 {
                 self.teardown_io(new);
             }
@@ -444,7 +509,12 @@ impl RdmaCtrl {
             if new {
                 // SAFETY: our controller and admin tag set; the ops are static.
                 status_result(unsafe {
-                    bindings::nvme_alloc_admin_tag_set(nptr, self.admin_tag_set.get(), &ADMIN_MQ_OPS, REQUEST_SIZE)
+                    bindings::nvme_alloc_admin_tag_set(
+                        nptr,
+                        self.admin_tag_set.get(),
+                        &ADMIN_MQ_OPS,
+                        REQUEST_SIZE,
+                    )
                 })?;
             }
             Ok(())
@@ -457,7 +527,7 @@ impl RdmaCtrl {
         }
 
         let res = (|| -> Result<(), Failure> {
-            status_result(self.start_queue(0))?;
+            self.start_queue(0)?;
             let enabled = n.enable();
             if let Err(e) = enabled {
                 admin.stop();
@@ -465,7 +535,10 @@ impl RdmaCtrl {
                 return Err(e.into());
             }
             // The transport's own limits; the core clamps them to the controller's MDTS.
-            n.set_limits(MAX_IO_BYTES >> 9, MAX_IO_BYTES / kernel::page::PAGE_SIZE as u32 + 1);
+            n.set_limits(
+                MAX_IO_BYTES >> 9,
+                MAX_IO_BYTES / kernel::page::PAGE_SIZE as u32 + 1,
+            );
             n.unquiesce_admin();
             if let Err(e) = n.init_finish() {
                 n.quiesce_admin();
@@ -502,47 +575,66 @@ impl RdmaCtrl {
         unsafe { self.conn.replace(Some(c)) };
         let mut rec = self.recovery.lock();
         if rec.last_rkey != 0 && rec.last_rkey != rkey {
-            log_info!(self.nvme().as_ptr(), "pool re-registered: rkey {:#x} -> {:#x}", rec.last_rkey, rkey);
+            log_info!(
+                self.nvme().as_ptr(),
+                "pool re-registered: rkey {:#x} -> {:#x}",
+                rec.last_rkey,
+                rkey
+            );
         }
         rec.last_rkey = rkey;
-        dbg_event!(Pool, self.nvme().as_ptr(), "registered {} KiB at iova {:#x} length {} with rkey {:#x}",
-            self.pool.total_size() >> 10, iova, len, rkey);
+        dbg_event!(
+            Pool,
+            self.nvme().as_ptr(),
+            "registered {} KiB at iova {:#x} length {} with rkey {:#x}",
+            self.pool.total_size() >> 10,
+            iova,
+            len,
+            rkey
+        );
         Ok(())
     }
 
     /// Deregisters the pool (invalidating its RKEY) and releases the protection domain.
     fn release_conn(&self) {
         // SAFETY: teardown work: every queue was stopped and freed before.
-        let Some(c) = (unsafe { self.conn.replace(None) }) else { return };
+        let Some(c) = (unsafe { self.conn.replace(None) }) else {
+            return;
+        };
         if let Some(reg) = &c.reg {
-            dbg_event!(Pool, self.nvme().as_ptr(), "invalidating rkey {:#x} (MR deregistered)", reg.mr().rkey());
+            dbg_event!(
+                Pool,
+                self.nvme().as_ptr(),
+                "invalidating rkey {:#x} (MR deregistered)",
+                reg.mr().rkey()
+            );
         }
         drop(c);
     }
 
     /// Sends the Fabrics Connect of queue `qid` and marks it live.
-    fn start_queue(&self, qid: u16) -> i32 {
-        let n = self.nvme();
+    fn start_queue(&self, qid: u16) -> Result<(), Failure> {
         let queue = self.queue(qid);
-        let ret = if qid == 0 {
-            // SAFETY: our controller, admin queue connected.
-            unsafe { bindings::nvmf_connect_admin_queue(n.as_ptr()) }
-        } else {
-            // SAFETY: our controller, queue `qid` connected.
-            unsafe { bindings::nvmf_connect_io_queue(n.as_ptr(), qid) }
-        };
-        if ret == 0 {
-            queue.set_live();
-        } else {
-            queue.stop();
-            log_info!(n.as_ptr(), "failed to connect queue: {} ret={}", qid, ret);
+        let res = self.nvme().connect_queue(qid);
+        match res {
+            Ok(()) => queue.set_live(),
+            Err(f) => {
+                queue.stop();
+                log_info!(
+                    self.nvme().as_ptr(),
+                    "failed to connect queue: {} ({:?}{})",
+                    qid,
+                    f.errno,
+                    if f.dnr { ", do not retry" } else { "" }
+                );
+            }
         }
-        ret
+        res
     }
 
     fn start_io_queues(&self, first: u16, last: u16) -> Result<(), Failure> {
         for qid in first..last {
-            if let Err(e) = status_result(self.start_queue(qid)) {
+            if let Err(e) = self.start_queue(qid) {
                 for q in (first..qid).rev() {
                     self.queue(q).stop();
                 }
@@ -569,7 +661,9 @@ impl RdmaCtrl {
         let nptr = n.as_ptr();
         let opts = n.opts();
         let cpus = kernel_num_online_cpus();
-        let wanted = opts.nr_io_queues().min(cpus) + opts.nr_write_queues().min(cpus) + opts.nr_poll_queues().min(cpus);
+        let wanted = opts.nr_io_queues().min(cpus)
+            + opts.nr_write_queues().min(cpus)
+            + opts.nr_poll_queues().min(cpus);
         let granted = n.negotiate_queue_count(wanted)?;
         if granted == 0 {
             log_err!(nptr, "unable to set any I/O queues");
@@ -594,10 +688,20 @@ impl RdmaCtrl {
         }
 
         if new {
-            let nr_maps = if opts.nr_poll_queues() > 0 { HCTX_MAX_TYPES as u32 } else { 2 };
+            let nr_maps = if opts.nr_poll_queues() > 0 {
+                HCTX_MAX_TYPES as u32
+            } else {
+                2
+            };
             // SAFETY: our controller and I/O tag set; the ops are static.
             if let Err(e) = status_result(unsafe {
-                bindings::nvme_alloc_io_tag_set(nptr, self.tag_set.get(), &IO_MQ_OPS, nr_maps, REQUEST_SIZE)
+                bindings::nvme_alloc_io_tag_set(
+                    nptr,
+                    self.tag_set.get(),
+                    &IO_MQ_OPS,
+                    nr_maps,
+                    REQUEST_SIZE,
+                )
             }) {
                 self.free_io_queues();
                 return Err(e);
@@ -706,8 +810,12 @@ impl RdmaCtrl {
         self.teardown_admin(false);
         n.unquiesce_admin();
         n.auth_stop();
-        dbg_event!(Recovery, n.as_ptr(), "torn down in {} ms, in-flight I/O requeued",
-            kernel::time::ktime_ms_delta(Ktime::ktime_get(), start));
+        dbg_event!(
+            Recovery,
+            n.as_ptr(),
+            "torn down in {} ms, in-flight I/O requeued",
+            kernel::time::ktime_ms_delta(Ktime::ktime_get(), start)
+        );
 
         if !n.change_state(State::Connecting) {
             // Deletion started meanwhile.
@@ -730,7 +838,9 @@ impl RdmaCtrl {
         let decision = {
             let mut rec = self.recovery.lock();
             let policy = rec.policy;
-            rec.current.get_or_insert_with(|| Reconnect::start(policy, now_ms())).next(now_ms(), outcome)
+            rec.current
+                .get_or_insert_with(|| Reconnect::start(policy, now_ms()))
+                .next(now_ms(), outcome)
         };
         match decision {
             Decision::AttemptNow => self.schedule_reconnect(0),
@@ -739,7 +849,11 @@ impl RdmaCtrl {
                 self.schedule_reconnect(ms.min(u64::from(u32::MAX)) as u32);
             }
             Decision::GiveUp(reason) => {
-                log_warn!(n.as_ptr(), "giving up reconnecting: {}; removing controller", reason.msg());
+                log_warn!(
+                    n.as_ptr(),
+                    "giving up reconnecting: {}; removing controller",
+                    reason.msg()
+                );
                 n.delete();
             }
         }
@@ -747,35 +861,60 @@ impl RdmaCtrl {
 
     fn schedule_reconnect(&self, delay_ms: u32) {
         // SAFETY: our initialized delayed work item and the core's workqueue.
-        unsafe { bindings::rsrdma_queue_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), delay_ms) };
+        unsafe {
+            bindings::rsrdma_queue_delayed_work(
+                bindings::nvme_wq,
+                self.reconnect_work.get(),
+                delay_ms,
+            )
+        };
     }
 
     /// Brings a controller waiting for its device back to reconnecting now.
     pub(crate) fn kick_reconnect(&self) {
         if self.nvme().state() == State::Connecting {
             // SAFETY: our initialized delayed work item and the core's workqueue.
-            unsafe { bindings::rsrdma_mod_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), 0) };
+            unsafe {
+                bindings::rsrdma_mod_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), 0)
+            };
         }
     }
 
     fn reconnect(&self) {
         let mut n = self.nvme();
-        let attempt = self.recovery.lock().current.as_ref().map_or(0, |r| r.attempts());
+        let attempt = self
+            .recovery
+            .lock()
+            .current
+            .as_ref()
+            .map_or(0, |r| r.attempts());
         n.set_nr_reconnects(attempt as i32);
         match self.setup(false) {
             Ok(()) => {
                 let mut rec = self.recovery.lock();
-                let since = rec.lost_at.take().map_or(0, |t| kernel::time::ktime_ms_delta(Ktime::ktime_get(), t));
+                let since = rec
+                    .lost_at
+                    .take()
+                    .map_or(0, |t| kernel::time::ktime_ms_delta(Ktime::ktime_get(), t));
                 rec.current = None;
                 drop(rec);
                 self.reconnects.fetch_add(1, Ordering::Relaxed);
                 n.set_nr_reconnects(0);
-                log_info!(n.as_ptr(), "Successfully reconnected ({} attempts, {} ms after the connection was lost)",
-                    attempt, since);
+                log_info!(
+                    n.as_ptr(),
+                    "Successfully reconnected ({} attempts, {} ms after the connection was lost)",
+                    attempt,
+                    since
+                );
             }
             Err(f) => {
-                log_info!(n.as_ptr(), "Failed reconnect attempt {} ({:?}{})", attempt, f.errno,
-                    if f.dnr { ", do not retry" } else { "" });
+                log_info!(
+                    n.as_ptr(),
+                    "Failed reconnect attempt {} ({:?}{})",
+                    attempt,
+                    f.errno,
+                    if f.dnr { ", do not retry" } else { "" }
+                );
                 self.reconnect_or_remove(Outcome::Failed { dnr: f.dnr });
             }
         }
@@ -806,12 +945,18 @@ impl RdmaCtrl {
                 }
                 State::Deleting | State::DeletingNoIo => {
                     // SAFETY: the core's delete work of our controller.
-                    unsafe { bindings::flush_work(core::ptr::addr_of_mut!((*n.as_ptr()).delete_work)) };
+                    unsafe {
+                        bindings::flush_work(core::ptr::addr_of_mut!((*n.as_ptr()).delete_work))
+                    };
                     return;
                 }
             }
         }
-        log_err!(n.as_ptr(), "RDMA device {} removal: controller still busy", dev.name());
+        log_err!(
+            n.as_ptr(),
+            "RDMA device {} removal: controller still busy",
+            dev.name()
+        );
     }
 }
 
@@ -829,14 +974,22 @@ fn kernel_num_online_cpus() -> u32 {
 unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `err_work` of a live controller (work items are flushed before the
     // controller is freed, see `stop_ctrl`).
-    let ctrl = unsafe { &*(work.cast::<u8>().sub(core::mem::offset_of!(RdmaCtrl, err_work)) as *const RdmaCtrl) };
+    let ctrl = unsafe {
+        &*(work
+            .cast::<u8>()
+            .sub(core::mem::offset_of!(RdmaCtrl, err_work)) as *const RdmaCtrl)
+    };
     ctrl.recover();
 }
 
 unsafe extern "C" fn reconnect_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `work` member (offset 0) of the `reconnect_work` of a live
     // controller.
-    let ctrl = unsafe { &*(work.cast::<u8>().sub(core::mem::offset_of!(RdmaCtrl, reconnect_work)) as *const RdmaCtrl) };
+    let ctrl = unsafe {
+        &*(work
+            .cast::<u8>()
+            .sub(core::mem::offset_of!(RdmaCtrl, reconnect_work)) as *const RdmaCtrl)
+    };
     ctrl.reconnect();
 }
 
@@ -844,13 +997,21 @@ unsafe extern "C" fn reset_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the core's `reset_work` of the `nvme_ctrl` embedded in a live
     // controller.
     let ctrl = unsafe {
-        RdmaCtrl::from_nvme(work.cast::<u8>().sub(core::mem::offset_of!(bindings::nvme_ctrl, reset_work)).cast())
+        RdmaCtrl::from_nvme(
+            work.cast::<u8>()
+                .sub(core::mem::offset_of!(bindings::nvme_ctrl, reset_work))
+                .cast(),
+        )
     };
     let n = ctrl.nvme();
     n.stop();
     ctrl.shutdown(false);
     if !n.change_state(State::Connecting) {
-        log_warn!(n.as_ptr(), "reset: could not move to CONNECTING ({:?})", n.state());
+        log_warn!(
+            n.as_ptr(),
+            "reset: could not move to CONNECTING ({:?})",
+            n.state()
+        );
         return;
     }
     if let Err(f) = ctrl.setup(false) {
@@ -882,7 +1043,9 @@ unsafe extern "C" fn free_ctrl(nctrl: *mut bindings::nvme_ctrl) {
 
 unsafe extern "C" fn submit_async_event(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: a live controller of ours.
-    unsafe { RdmaCtrl::from_nvme(nctrl) }.queue(0).submit_async_event();
+    unsafe { RdmaCtrl::from_nvme(nctrl) }
+        .queue(0)
+        .submit_async_event();
 }
 
 unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
@@ -901,7 +1064,10 @@ unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
 }
 
 /// The controller operations, named after the transport.
-pub(crate) fn ctrl_ops(name: &'static CStr, module: *mut bindings::module) -> bindings::nvme_ctrl_ops {
+pub(crate) fn ctrl_ops(
+    name: &'static CStr,
+    module: *mut bindings::module,
+) -> bindings::nvme_ctrl_ops {
     bindings::nvme_ctrl_ops {
         name: name.as_char_ptr(),
         module,

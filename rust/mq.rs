@@ -12,8 +12,8 @@
 //!   out of the pool in `complete`, on the submitting CPU, and the slice is returned.
 
 use crate::bindings;
-use crate::errno;
 use crate::ctrl::RdmaCtrl;
+use crate::errno;
 use crate::glue::{dbg_event, log_err, log_warn};
 use crate::nvme::State;
 use crate::pool::{DataSlice, Pool};
@@ -92,7 +92,10 @@ impl Request {
     fn take_data(&self) -> Option<DataSlice> {
         let offset = self.data_offset.swap(NO_DATA, Ordering::Relaxed);
         (offset != NO_DATA).then(|| DataSlice {
-            slice: Slice { offset, len: self.data_len.load(Ordering::Relaxed) },
+            slice: Slice {
+                offset,
+                len: self.data_len.load(Ordering::Relaxed),
+            },
             large: self.data_large.load(Ordering::Relaxed),
         })
     }
@@ -100,7 +103,10 @@ impl Request {
     /// Drops one of the two completion references; true when it was the last. False also when
     /// there was none (a completion for a command not in flight), which `take_ref` reports.
     fn put_ref(&self) -> Option<bool> {
-        self.refs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1)).ok().map(|old| old == 1)
+        self.refs
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
+            .ok()
+            .map(|old| old == 1)
     }
 }
 
@@ -120,8 +126,13 @@ fn end_request(req: &Request) {
         Some(false) => {}
         None => {
             let q = req.queue();
-            log_err!(q.ctrl().nvme().as_ptr(), "queue {}: completion for a command not in flight", q.qid());
-            q.ctrl().error_recovery(format_args!("stray completion on queue {}", q.qid()));
+            log_err!(
+                q.ctrl().nvme().as_ptr(),
+                "queue {}: completion for a command not in flight",
+                q.qid()
+            );
+            q.ctrl()
+                .error_recovery(format_args!("stray completion on queue {}", q.qid()));
         }
     }
 }
@@ -135,7 +146,13 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     // (tag in range and generation) and returns null otherwise.
     let rq = unsafe { bindings::rsrdma_nvme_find_rq(ctrl.tags(queue.qid()), cqe.command_id) };
     if rq.is_null() {
-        log_err!(nvme, "queue {}: response with unknown command_id {:#x} (status {:#x})", queue.qid(), cqe.command_id, cqe.status);
+        log_err!(
+            nvme,
+            "queue {}: response with unknown command_id {:#x} (status {:#x})",
+            queue.qid(),
+            cqe.command_id,
+            cqe.status
+        );
         ctrl.error_recovery(format_args!("bad command_id on queue {}", queue.qid()));
         return;
     }
@@ -148,13 +165,26 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
         return;
     }
     if req.responded.swap(true, Ordering::AcqRel) {
-        log_err!(nvme, "queue {}: duplicate response for command_id {:#x}", queue.qid(), cqe.command_id);
+        log_err!(
+            nvme,
+            "queue {}: duplicate response for command_id {:#x}",
+            queue.qid(),
+            cqe.command_id
+        );
         ctrl.error_recovery(format_args!("duplicate response on queue {}", queue.qid()));
         return;
     }
-    req.status.store(u16::from_le_bytes([raw[14], raw[15]]), Ordering::Relaxed);
+    req.status
+        .store(u16::from_le_bytes([raw[14], raw[15]]), Ordering::Relaxed);
     req.result.store(cqe.result, Ordering::Relaxed);
-    dbg_event!(Io, nvme, "queue {}: response cid {:#x} status {:#x}", queue.qid(), cqe.command_id, cqe.status);
+    dbg_event!(
+        Io,
+        nvme,
+        "queue {}: response cid {:#x} status {:#x}",
+        queue.qid(),
+        cqe.command_id,
+        cqe.status
+    );
     end_request(req);
 }
 
@@ -164,14 +194,24 @@ unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
     let (wc, req) = unsafe {
         let wc = &*wc;
         let cqe = wc.__bindgen_anon_1.wr_cqe as *const u8;
-        (wc, &*(cqe.sub(offset_of!(Request, send_cqe)) as *const Request))
+        (
+            wc,
+            &*(cqe.sub(offset_of!(Request, send_cqe)) as *const Request),
+        )
     };
     if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
         let q = req.queue();
         if q.ctrl().nvme().state() == State::Live {
-            log_err!(q.ctrl().nvme().as_ptr(), "queue {}: SEND failed: {} ({})", q.qid(), crate::rdma::wc_status_msg(wc.status), wc.status);
+            log_err!(
+                q.ctrl().nvme().as_ptr(),
+                "queue {}: SEND failed: {} ({})",
+                q.qid(),
+                crate::rdma::wc_status_msg(wc.status),
+                wc.status
+            );
         }
-        q.ctrl().error_recovery(format_args!("SEND failed on queue {}", q.qid()));
+        q.ctrl()
+            .error_recovery(format_args!("SEND failed on queue {}", q.qid()));
         return;
     }
     end_request(req);
@@ -204,9 +244,20 @@ unsafe extern "C" fn copy_segment(ctx: *mut c_void, va: *mut c_void, len: u32) -
 
 /// Copies the data of `rq` into (`to_pool`) or out of its pool slice.
 fn copy_data(pool: &Pool, rq: *mut bindings::request, slice: Slice, to_pool: bool) {
-    let mut cur = CopyCursor { pool, offset: slice.offset, left: slice.len, to_pool };
+    let mut cur = CopyCursor {
+        pool,
+        offset: slice.offset,
+        left: slice.len,
+        to_pool,
+    };
     // SAFETY: `rq` is a started request of ours; `cur` outlives the call.
-    unsafe { bindings::rsrdma_rq_for_each_segment(rq, Some(copy_segment), &mut cur as *mut _ as *mut c_void) };
+    unsafe {
+        bindings::rsrdma_rq_for_each_segment(
+            rq,
+            Some(copy_segment),
+            &mut cur as *mut _ as *mut c_void,
+        )
+    };
 }
 
 /// Maps the data of a request into the pool and sends its command.
@@ -215,12 +266,18 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
     let qid = queue.qid();
     // SAFETY: a started request of ours.
     let (tag, len, is_write) = unsafe {
-        ((*rq).tag as u32, bindings::rsrdma_rq_payload_bytes(rq), bindings::rsrdma_rq_is_write(rq))
+        (
+            (*rq).tag as u32,
+            bindings::rsrdma_rq_payload_bytes(rq),
+            bindings::rsrdma_rq_is_write(rq),
+        )
     };
     let mut sqe = [0u8; SQE_SIZE];
     // SAFETY: the core built the command in our PDU (nvme_setup_cmd) and nothing else writes it
     // while the request is ours.
-    unsafe { core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE) };
+    unsafe {
+        core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE)
+    };
 
     req.refs.store(2, Ordering::Relaxed);
     req.responded.store(false, Ordering::Relaxed);
@@ -242,14 +299,46 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
         }
         let addr = reg.iova(slice.offset);
         if is_write && ctrl.inline_fits(qid, len) && !data.large {
-            inline = Some(bindings::ib_sge { addr, length: len, lkey: reg.mr().lkey() });
-            dbg_event!(Io, ctrl.nvme().as_ptr(), "queue {} tag {}: {} bytes in capsule", qid, tag, len);
-            Some(InlineSgl { offset: u64::from(ctrl.nvme().icdoff()), len }.encode())
+            inline = Some(bindings::ib_sge {
+                addr,
+                length: len,
+                lkey: reg.mr().lkey(),
+            });
+            dbg_event!(
+                Io,
+                ctrl.nvme().as_ptr(),
+                "queue {} tag {}: {} bytes in capsule",
+                qid,
+                tag,
+                len
+            );
+            Some(
+                InlineSgl {
+                    offset: u64::from(ctrl.nvme().icdoff()),
+                    len,
+                }
+                .encode(),
+            )
         } else {
             let key = reg.mr().rkey();
-            dbg_event!(Io, ctrl.nvme().as_ptr(), "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} ({})",
-                qid, tag, addr, len, key, if data.large { "large area" } else { "slot" });
-            KeyedSgl { addr, len, key, invalidate: false }.encode()
+            dbg_event!(
+                Io,
+                ctrl.nvme().as_ptr(),
+                "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} ({})",
+                qid,
+                tag,
+                addr,
+                len,
+                key,
+                if data.large { "large area" } else { "slot" }
+            );
+            KeyedSgl {
+                addr,
+                len,
+                key,
+                invalidate: false,
+            }
+            .encode()
         }
     };
     capsule::set_sgl(&mut sqe, &desc.ok_or(EINVAL)?);
@@ -264,7 +353,13 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
 }
 
 /// Releases a request's data slice, copying read data out first when the command succeeded.
-fn unmap_data(ctrl: &RdmaCtrl, qid: u16, rq: *mut bindings::request, req: &Request, copy_out: bool) {
+fn unmap_data(
+    ctrl: &RdmaCtrl,
+    qid: u16,
+    rq: *mut bindings::request,
+    req: &Request,
+    copy_out: bool,
+) {
     let Some(data) = req.take_data() else { return };
     if copy_out {
         // SAFETY: called from completion context of a request of ours; the pool registration
@@ -277,11 +372,18 @@ fn unmap_data(ctrl: &RdmaCtrl, qid: u16, rq: *mut bindings::request, req: &Reque
     ctrl.pool().free(qid, data);
 }
 
-unsafe extern "C" fn queue_rq(hctx: *mut bindings::blk_mq_hw_ctx, bd: *const bindings::blk_mq_queue_data) -> BlkStatus {
+unsafe extern "C" fn queue_rq(
+    hctx: *mut bindings::blk_mq_hw_ctx,
+    bd: *const bindings::blk_mq_queue_data,
+) -> BlkStatus {
     // SAFETY: blk-mq passes a live hctx whose driver data was set in `init_hctx` to its queue,
     // and a request of our tag set.
     let (queue, rq, ns) = unsafe {
-        (&*((*hctx).driver_data as *const Queue), (*bd).rq, (*(*hctx).queue).queuedata as *mut bindings::nvme_ns)
+        (
+            &*((*hctx).driver_data as *const Queue),
+            (*bd).rq,
+            (*(*hctx).queue).queuedata as *mut bindings::nvme_ns,
+        )
     };
     let ctrl = queue.ctrl();
     let nvme = ctrl.nvme().as_ptr();
@@ -324,7 +426,11 @@ unsafe extern "C" fn queue_rq(hctx: *mut bindings::blk_mq_hw_ctx, bd: *const bin
             }
             // The queue is going away: complete with a path error so the core retries or
             // fails over, and let error recovery rebuild the queue.
-            ctrl.error_recovery(format_args!("posting to queue {} failed ({:?})", queue.qid(), e));
+            ctrl.error_recovery(format_args!(
+                "posting to queue {} failed ({:?})",
+                queue.qid(),
+                e
+            ));
             // SAFETY: as above.
             unsafe { bindings::nvme_host_path_error(rq) }
         }
@@ -337,7 +443,12 @@ unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
     let req = unsafe { Request::from_rq(rq) };
     let queue = req.queue();
     // SAFETY: as above; `nvme_req(rq)` is the start of our PDU.
-    let (ok, is_write) = unsafe { ((*req.nreq.get()).status == 0, bindings::rsrdma_rq_is_write(rq)) };
+    let (ok, is_write) = unsafe {
+        (
+            (*req.nreq.get()).status == 0,
+            bindings::rsrdma_rq_is_write(rq),
+        )
+    };
     unmap_data(queue.ctrl(), queue.qid(), rq, req, ok && !is_write);
     // SAFETY: as above.
     unsafe { bindings::nvme_complete_rq(rq) };
@@ -350,11 +461,20 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     let ctrl = queue.ctrl();
     let mut sqe = [0u8; SQE_SIZE];
     // SAFETY: the command of the request, built by the core.
-    unsafe { core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE) };
+    unsafe {
+        core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE)
+    };
     // SAFETY: as above.
     let (tag, cid) = unsafe { ((*rq).tag, bindings::rsrdma_nvme_cid(rq)) };
-    log_warn!(ctrl.nvme().as_ptr(), "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} timeout", tag, cid,
-        capsule::opcode(&sqe), capsule::command_name(queue.qid() == 0, &sqe), queue.qid());
+    log_warn!(
+        ctrl.nvme().as_ptr(),
+        "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} timeout",
+        tag,
+        cid,
+        capsule::opcode(&sqe),
+        capsule::command_name(queue.qid() == 0, &sqe),
+        queue.qid()
+    );
 
     if ctrl.nvme().state() != State::Live {
         // Resetting, connecting or deleting: complete it now, it may be blocking the teardown
@@ -368,7 +488,10 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     bindings::blk_eh_timer_return_BLK_EH_RESET_TIMER
 }
 
-unsafe extern "C" fn poll(hctx: *mut bindings::blk_mq_hw_ctx, _iob: *mut bindings::io_comp_batch) -> i32 {
+unsafe extern "C" fn poll(
+    hctx: *mut bindings::blk_mq_hw_ctx,
+    _iob: *mut bindings::io_comp_batch,
+) -> i32 {
     // SAFETY: driver data set in `init_hctx`.
     let queue = unsafe { &*((*hctx).driver_data as *const Queue) };
     // SAFETY: blk-mq polls only a live hctx, whose connection is installed.
@@ -386,31 +509,54 @@ unsafe fn ctrl_of<'a>(data: *mut c_void) -> &'a RdmaCtrl {
     unsafe { RdmaCtrl::from_nvme(data as *mut bindings::nvme_ctrl) }
 }
 
-unsafe extern "C" fn init_hctx(hctx: *mut bindings::blk_mq_hw_ctx, data: *mut c_void, hctx_idx: u32) -> i32 {
+unsafe extern "C" fn init_hctx(
+    hctx: *mut bindings::blk_mq_hw_ctx,
+    data: *mut c_void,
+    hctx_idx: u32,
+) -> i32 {
     // SAFETY: see `ctrl_of`; `hctx` is being initialized by blk-mq.
     unsafe {
         let ctrl = ctrl_of(data);
-        let Some(queue) = ctrl.try_queue(hctx_idx as u16 + 1) else { return EINVAL.to_errno() };
+        let Some(queue) = ctrl.try_queue(hctx_idx as u16 + 1) else {
+            return EINVAL.to_errno();
+        };
         (*hctx).driver_data = queue as *const Queue as *mut c_void;
     }
     0
 }
 
-unsafe extern "C" fn init_admin_hctx(hctx: *mut bindings::blk_mq_hw_ctx, data: *mut c_void, _hctx_idx: u32) -> i32 {
+unsafe extern "C" fn init_admin_hctx(
+    hctx: *mut bindings::blk_mq_hw_ctx,
+    data: *mut c_void,
+    _hctx_idx: u32,
+) -> i32 {
     // SAFETY: see `ctrl_of`; `hctx` is being initialized by blk-mq.
     unsafe { (*hctx).driver_data = ctrl_of(data).queue(0) as *const Queue as *mut c_void };
     0
 }
 
-unsafe extern "C" fn init_request(set: *mut bindings::blk_mq_tag_set, rq: *mut bindings::request, hctx_idx: u32, _node: u32) -> i32 {
+unsafe extern "C" fn init_request(
+    set: *mut bindings::blk_mq_tag_set,
+    rq: *mut bindings::request,
+    hctx_idx: u32,
+    _node: u32,
+) -> i32 {
     // SAFETY: blk-mq initializes a request of a tag set whose driver data is our controller;
     // the PDU is REQUEST_SIZE zeroed bytes that nothing else uses yet.
     unsafe {
         let ctrl = ctrl_of((*set).driver_data);
-        let qid = if set == ctrl.io_tag_set() { hctx_idx as u16 + 1 } else { 0 };
-        let Some(queue) = ctrl.try_queue(qid) else { return EINVAL.to_errno() };
+        let qid = if set == ctrl.io_tag_set() {
+            hctx_idx as u16 + 1
+        } else {
+            0
+        };
+        let Some(queue) = ctrl.try_queue(qid) else {
+            return EINVAL.to_errno();
+        };
         let pdu = bindings::rsrdma_rq_pdu(rq) as *mut Request;
-        core::ptr::addr_of_mut!((*pdu).send_cqe).write(Opaque::new(bindings::ib_cqe { done: Some(send_done) }));
+        core::ptr::addr_of_mut!((*pdu).send_cqe).write(Opaque::new(bindings::ib_cqe {
+            done: Some(send_done),
+        }));
         core::ptr::addr_of_mut!((*pdu).queue).write(queue);
         core::ptr::addr_of_mut!((*pdu).refs).write(AtomicU32::new(0));
         core::ptr::addr_of_mut!((*pdu).responded).write(AtomicBool::new(false));

@@ -12,6 +12,34 @@ use kernel::error::to_result;
 use kernel::prelude::*;
 use kernel::str::CStr;
 
+/// NVMe status bit "Do Not Retry".
+const NVME_STATUS_DNR: i32 = 0x4000;
+
+/// Why an operation failed: an errno, or an NVMe status, which may forbid retrying.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Failure {
+    pub(crate) errno: Error,
+    pub(crate) dnr: bool,
+}
+
+impl From<Error> for Failure {
+    fn from(errno: Error) -> Self {
+        Self { errno, dnr: false }
+    }
+}
+
+/// Turns the return value of a core function that may return an NVMe status into a result.
+pub(crate) fn status_result(ret: i32) -> Result<(), Failure> {
+    match ret {
+        0 => Ok(()),
+        r if r < 0 => Err(Error::from_errno(r).into()),
+        r => Err(Failure {
+            errno: EIO,
+            dnr: r & NVME_STATUS_DNR != 0,
+        }),
+    }
+}
+
 /// Controller states of the NVMe core.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum State {
@@ -98,12 +126,6 @@ impl Ctrl {
         Options(self.raw().opts)
     }
 
-    /// Whether this is a discovery controller.
-    pub(crate) fn is_discovery(&self) -> bool {
-        // SAFETY: the options live as long as the controller.
-        unsafe { (*self.raw().opts).discovery_nqn }
-    }
-
     pub(crate) fn subsysnqn(&self) -> &CStr {
         // SAFETY: alive; the NQN lives in the options or the subsystem.
         unsafe { CStr::from_char_ptr(bindings::rsrdma_nvmf_ctrl_subsysnqn(self.as_ptr())) }
@@ -125,11 +147,6 @@ impl Ctrl {
     pub(crate) fn set_queue_count(&mut self, count: u32) {
         // SAFETY: alive; the transport owns queue_count.
         unsafe { (*self.raw_mut()).queue_count = count };
-    }
-
-    pub(crate) fn set_kato(&mut self, kato: u32) {
-        // SAFETY: alive; set once before the controller is initialized, as the C transport does.
-        unsafe { (*self.raw_mut()).kato = kato };
     }
 
     pub(crate) fn cntlid(&self) -> u16 {
@@ -168,10 +185,6 @@ impl Ctrl {
         unsafe { (*self.raw_mut()).numa_node = node };
     }
 
-    pub(crate) fn max_hw_sectors(&self) -> u32 {
-        self.raw().max_hw_sectors
-    }
-
     pub(crate) fn set_nr_reconnects(&mut self, n: i32) {
         // SAFETY: alive; informational for the core.
         unsafe { (*self.raw_mut()).nr_reconnects = n };
@@ -183,10 +196,6 @@ impl Ctrl {
 
     pub(crate) fn admin_q(&self) -> *mut bindings::request_queue {
         self.raw().admin_q
-    }
-
-    pub(crate) fn fabrics_q(&self) -> *mut bindings::request_queue {
-        self.raw().fabrics_q
     }
 
     pub(crate) fn async_event_work(&self) -> *mut bindings::work_struct {
@@ -266,14 +275,16 @@ impl Ctrl {
         Ok(count as u32)
     }
 
-    pub(crate) fn connect_admin_queue(&self) -> Result {
-        // SAFETY: alive; the admin queue is RDMA-connected.
-        to_result(unsafe { bindings::nvmf_connect_admin_queue(self.as_ptr()) })
-    }
-
-    pub(crate) fn connect_io_queue(&self, qid: u16) -> Result {
-        // SAFETY: alive; queue `qid` is RDMA-connected.
-        to_result(unsafe { bindings::nvmf_connect_io_queue(self.as_ptr(), qid) })
+    /// Sends the Fabrics Connect command of the admin queue (`qid` 0) or an I/O queue.
+    pub(crate) fn connect_queue(&self, qid: u16) -> Result<(), Failure> {
+        // SAFETY: alive; the queue is RDMA-connected.
+        status_result(unsafe {
+            if qid == 0 {
+                bindings::nvmf_connect_admin_queue(self.as_ptr())
+            } else {
+                bindings::nvmf_connect_io_queue(self.as_ptr(), qid)
+            }
+        })
     }
 
     /// Waits at most `timeout_ms` for the queues to freeze; false on timeout.
@@ -325,10 +336,6 @@ impl Options {
     fn raw(&self) -> &bindings::nvmf_ctrl_options {
         // SAFETY: valid (type invariant).
         unsafe { &*self.0 }
-    }
-
-    pub(crate) fn has(&self, opt: u32) -> bool {
-        self.raw().mask & opt != 0
     }
 
     fn str_opt(&self, p: *mut kernel::ffi::c_char) -> Option<&CStr> {
@@ -395,10 +402,6 @@ impl Options {
 
     pub(crate) fn tos(&self) -> i32 {
         self.raw().tos
-    }
-
-    pub(crate) fn fast_io_fail_tmo(&self) -> i32 {
-        self.raw().fast_io_fail_tmo
     }
 
     pub(crate) fn duplicate_connect(&self) -> bool {

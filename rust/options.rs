@@ -24,7 +24,10 @@ pub(crate) fn validate(opts: Options) -> Result {
         return Err(EINVAL);
     }
     if opts.reconnect_delay() == 0 {
-        log_err!(core::ptr::null(), "reconnect_delay must be at least 1 second");
+        log_err!(
+            core::ptr::null(),
+            "reconnect_delay must be at least 1 second"
+        );
         return Err(EINVAL);
     }
     Ok(())

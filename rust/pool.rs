@@ -9,7 +9,7 @@
 //! the pure logic of `proto::pool`.
 
 use crate::bindings;
-use crate::proto::pool::{chunk_spans, Buddy, PoolLayout, PoolParams, QueueParams, Region, Slice};
+use crate::proto::pool::{chunk_spans, Buddy, PoolLayout, PoolParams, QueueParams, Slice};
 use crate::rdma::{Device, DmaDir, DmaMap, Mr, Pd};
 use crate::sync::IrqLock;
 use core::ptr::NonNull;
@@ -80,8 +80,16 @@ impl Pool {
             let params = PoolParams {
                 chunk_size,
                 nr_queues: cfg.nr_io_queues + 1,
-                admin: QueueParams { depth: ADMIN_DEPTH, slot_size: ADMIN_SLOT, large_size: ADMIN_LARGE },
-                io: QueueParams { depth: cfg.io_depth, slot_size: cfg.slot_size, large_size: cfg.io_large },
+                admin: QueueParams {
+                    depth: ADMIN_DEPTH,
+                    slot_size: ADMIN_SLOT,
+                    large_size: ADMIN_LARGE,
+                },
+                io: QueueParams {
+                    depth: cfg.io_depth,
+                    slot_size: cfg.slot_size,
+                    large_size: cfg.io_large,
+                },
             };
             let layout = PoolLayout::new(params).map_err(|e| {
                 crate::glue::log_err!(core::ptr::null(), "buffer pool: {}", e.msg());
@@ -90,10 +98,15 @@ impl Pool {
             match Self::alloc_chunks(&layout, cfg.numa_node) {
                 Ok(chunks) => {
                     let admin = layout.region(0).ok_or(EINVAL)?;
-                    let admin_buddy = KBox::new(Buddy::new(admin.large_offset, admin.large_size).ok_or(EINVAL)?, GFP_KERNEL)?;
+                    let admin_buddy = KBox::new(
+                        Buddy::new(admin.large_offset, admin.large_size).ok_or(EINVAL)?,
+                        GFP_KERNEL,
+                    )?;
                     let io_buddy = KBox::new(
                         match layout.region(1) {
-                            Some(r) if r.large_size > 0 => Buddy::new(r.large_offset, r.large_size).ok_or(EINVAL)?,
+                            Some(r) if r.large_size > 0 => {
+                                Buddy::new(r.large_offset, r.large_size).ok_or(EINVAL)?
+                            }
                             // No I/O queue (discovery): an allocator that never hands out a block.
                             _ => Buddy::new(0, 0).ok_or(EINVAL)?,
                         },
@@ -129,19 +142,6 @@ impl Pool {
         self.layout.total_size()
     }
 
-    pub(crate) fn chunk_size(&self) -> u64 {
-        self.layout.chunk_size()
-    }
-
-    pub(crate) fn region(&self, qid: u16) -> Option<Region> {
-        self.layout.region(qid)
-    }
-
-    /// Times a large slice could not be allocated (the request was retried later).
-    pub(crate) fn large_failures(&self) -> u64 {
-        self.large_failures.load(Ordering::Relaxed)
-    }
-
     fn large(&self, qid: u16) -> &IrqLock<KBox<Buddy>> {
         if qid == 0 {
             &self.admin_large
@@ -157,7 +157,13 @@ impl Pool {
         let region = self.layout.region(qid)?;
         if len <= region.slot_size {
             let slot = region.slot(tag)?;
-            return Some(DataSlice { slice: Slice { offset: slot.offset, len }, large: false });
+            return Some(DataSlice {
+                slice: Slice {
+                    offset: slot.offset,
+                    len,
+                },
+                large: false,
+            });
         }
         match self.large(qid).lock().alloc(len) {
             Some(slice) => Some(DataSlice { slice, large: true }),
@@ -179,12 +185,6 @@ impl Pool {
                 qid
             );
         }
-    }
-
-    /// In-use bytes and high-water mark of the I/O large area.
-    pub(crate) fn io_large_usage(&self) -> (u64, u64) {
-        let b = self.io_large.lock();
-        (b.in_use_bytes(), b.high_water_bytes())
     }
 
     fn span_ptr(&self, chunk: usize, offset: usize) -> *mut u8 {
@@ -247,7 +247,14 @@ impl Pool {
 
         let mut maps = KVec::with_capacity(self.chunks.len(), GFP_KERNEL)?;
         for c in self.chunks.iter() {
-            maps.push(dev.map_single(c.va.as_ptr().cast::<c_void>(), chunk as usize, DmaDir::Bidirectional)?, GFP_KERNEL)?;
+            maps.push(
+                dev.map_single(
+                    c.va.as_ptr().cast::<c_void>(),
+                    chunk as usize,
+                    DmaDir::Bidirectional,
+                )?,
+                GFP_KERNEL,
+            )?;
         }
 
         let n = self.chunks.len();
@@ -272,10 +279,23 @@ impl Pool {
         // SAFETY: `sg` is a DMA-mapped list of `n` entries (the mappings are in `maps`).
         let mapped = unsafe { mr.map_sg(sg.as_mut_ptr(), n as i32, page_size as u32) };
         if mapped != n as i32 {
-            crate::glue::log_err!(core::ptr::null(), "pool: ib_map_mr_sg mapped {} of {} chunks", mapped, n);
-            return Err(if mapped < 0 { Error::from_errno(mapped) } else { EINVAL });
+            crate::glue::log_err!(
+                core::ptr::null(),
+                "pool: ib_map_mr_sg mapped {} of {} chunks",
+                mapped,
+                n
+            );
+            return Err(if mapped < 0 {
+                Error::from_errno(mapped)
+            } else {
+                EINVAL
+            });
         }
-        Ok(PoolReg { mr, maps, chunk_size: chunk })
+        Ok(PoolReg {
+            mr,
+            maps,
+            chunk_size: chunk,
+        })
     }
 }
 

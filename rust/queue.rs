@@ -8,13 +8,13 @@
 //! events and, once a connection is established, reports its loss to the controller.
 
 use crate::bindings;
-use crate::errno;
 use crate::ctrl::RdmaCtrl;
+use crate::errno;
 use crate::glue::{dbg_event, log_err, log_info};
 use crate::pool::PoolReg;
-use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
-use crate::rdma::{self, CmId, Cq, Device, DmaDir, DmaMap, Qp};
+use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
+use crate::rdma::{self, CmId, Cq, DmaDir, DmaMap, Qp};
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -53,7 +53,11 @@ impl RingBuf {
         let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
         v.extend_with(len, 0, GFP_KERNEL)?;
         let (ptr, len, cap) = v.into_raw_parts();
-        Ok(Self { ptr: NonNull::new(ptr).ok_or(ENOMEM)?, len, cap })
+        Ok(Self {
+            ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
+            len,
+            cap,
+        })
     }
 
     fn entry(&self, index: usize, size: usize) -> *mut u8 {
@@ -95,21 +99,11 @@ pub(crate) struct Conn {
     sqe_map: DmaMap,
     rsp_map: DmaMap,
     lkey: u32,
-    dev: Device,
-    depth: u32,
 }
 
 impl Conn {
-    pub(crate) fn qp(&self) -> &Qp {
-        &self.qp
-    }
-
     pub(crate) fn cq(&self) -> &Cq {
         &self.cq
-    }
-
-    pub(crate) fn dev(&self) -> Device {
-        self.dev
     }
 }
 
@@ -148,7 +142,11 @@ unsafe impl Sync for Queue {}
 
 impl Queue {
     /// A disconnected queue `qid` of `ctrl` whose rings hold `ring_depth` entries.
-    pub(crate) fn new(ctrl: *const RdmaCtrl, qid: u16, ring_depth: u32) -> Result<impl PinInit<Self, Error>> {
+    pub(crate) fn new(
+        ctrl: *const RdmaCtrl,
+        qid: u16,
+        ring_depth: u32,
+    ) -> Result<impl PinInit<Self, Error>> {
         let n = ring_depth as usize;
         let sqes = RingBuf::new(n * SQE_SIZE)?;
         let rsps = RingBuf::new(n * CQE_SIZE)?;
@@ -156,7 +154,9 @@ impl Queue {
         for index in 0..ring_depth {
             recv_cqes.push(
                 RecvCqe {
-                    cqe: bindings::ib_cqe { done: Some(recv_done) },
+                    cqe: bindings::ib_cqe {
+                        done: Some(recv_done),
+                    },
                     queue: core::ptr::null(),
                     index,
                 },
@@ -252,14 +252,21 @@ impl Queue {
         let cm_id = unsafe { CmId::new(cm_handler, self as *const Self as *mut c_void) }?;
         self.begin_cm_step();
         cm_id.resolve_addr(ctrl.src_addr(), ctrl.addr(), CM_RESOLVE_TIMEOUT_MS)?;
-        self.wait_cm_step(bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED, CM_RESOLVE_TIMEOUT_MS + 1000)?;
+        self.wait_cm_step(
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED,
+            CM_RESOLVE_TIMEOUT_MS + 1000,
+        )?;
 
         let dev = cm_id.device().ok_or(ENODEV)?;
         let pd = ctrl.pd_for(self.qid, dev)?;
 
         // One CQE per receive and send, plus the registration, the AEN and the drain's two.
         let cq_size = 2 * depth + 4;
-        let vector = if self.qid == 0 { 0 } else { (self.qid as i32 - 1) % dev.num_comp_vectors().max(1) };
+        let vector = if self.qid == 0 {
+            0
+        } else {
+            (self.qid as i32 - 1) % dev.num_comp_vectors().max(1)
+        };
         let cq = if ctrl.is_poll_queue(self.qid) {
             Cq::direct(dev, cq_size, vector, self as *const Self as *mut c_void)?
         } else {
@@ -281,9 +288,24 @@ impl Queue {
         attr.cap.max_recv_sge = 1;
         let qp = cm_id.create_qp(pd, &mut attr)?;
 
-        let sqe_map = dev.map_single(self.sqes.ptr.as_ptr().cast(), self.sqes.len, DmaDir::ToDevice)?;
-        let rsp_map = dev.map_single(self.rsps.ptr.as_ptr().cast(), self.rsps.len, DmaDir::FromDevice)?;
-        let conn = Conn { cm_id, qp, cq, sqe_map, rsp_map, lkey: pd.local_dma_lkey(), dev, depth };
+        let sqe_map = dev.map_single(
+            self.sqes.ptr.as_ptr().cast(),
+            self.sqes.len,
+            DmaDir::ToDevice,
+        )?;
+        let rsp_map = dev.map_single(
+            self.rsps.ptr.as_ptr().cast(),
+            self.rsps.len,
+            DmaDir::FromDevice,
+        )?;
+        let conn = Conn {
+            cm_id,
+            qp,
+            cq,
+            sqe_map,
+            rsp_map,
+            lkey: pd.local_dma_lkey(),
+        };
 
         let tos = ctrl.nvme().opts().tos();
         if (0..=255).contains(&tos) {
@@ -291,9 +313,16 @@ impl Queue {
         }
         self.begin_cm_step();
         conn.cm_id.resolve_route(CM_RESOLVE_TIMEOUT_MS)?;
-        self.wait_cm_step(bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED, CM_RESOLVE_TIMEOUT_MS + 1000)?;
+        self.wait_cm_step(
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED,
+            CM_RESOLVE_TIMEOUT_MS + 1000,
+        )?;
 
-        let cntlid = if self.qid == 0 { 0 } else { ctrl.nvme().cntlid() };
+        let cntlid = if self.qid == 0 {
+            0
+        } else {
+            ctrl.nvme().cntlid()
+        };
         let req = CmRequest::new(self.qid, depth as u16, cntlid).ok_or(EINVAL)?;
         let private = req.encode();
         let param = bindings::rdma_conn_param {
@@ -306,12 +335,23 @@ impl Queue {
             qp_num: conn.qp.qp_num(),
             ..Default::default()
         };
-        dbg_event!(Cm, nvme, "queue {}: connecting qp {:#x} on {} (hrqsize {}, hsqsize {}, cntlid {})",
-            self.qid, conn.qp.qp_num(), dev.name(), req.hrqsize, req.hsqsize, req.cntlid);
+        dbg_event!(
+            Cm,
+            nvme,
+            "queue {}: connecting qp {:#x} on {} (hrqsize {}, hsqsize {}, cntlid {})",
+            self.qid,
+            conn.qp.qp_num(),
+            dev.name(),
+            req.hrqsize,
+            req.hsqsize,
+            req.cntlid
+        );
         self.begin_cm_step();
-        // SAFETY: owned id with a QP; `param` and the private data outlive the call.
-        rdma::errno(unsafe { bindings::rdma_connect(conn.cm_id.as_ptr(), &param as *const _ as *mut _) })?;
-        self.wait_cm_step(bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED, CM_CONNECT_TIMEOUT_MS)?;
+        conn.cm_id.connect(&param)?;
+        self.wait_cm_step(
+            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED,
+            CM_CONNECT_TIMEOUT_MS,
+        )?;
 
         for i in 0..depth {
             self.post_recv(&conn, i)?;
@@ -321,7 +361,13 @@ impl Queue {
         let old = unsafe { self.conn.replace(Some(conn)) };
         debug_assert!(old.is_none());
         self.flags.store(ALLOCATED | ESTABLISHED, Ordering::Release);
-        dbg_event!(Queue, nvme, "queue {}: connected, depth {}", self.qid, depth);
+        dbg_event!(
+            Queue,
+            nvme,
+            "queue {}: connected, depth {}",
+            self.qid,
+            depth
+        );
         Ok(())
     }
 
@@ -334,7 +380,13 @@ impl Queue {
     /// Waits for the CM event that ends one step of connecting.
     fn wait_cm_step(&self, expected: bindings::rdma_cm_event_type, timeout_ms: u32) -> Result {
         if !self.cm_done.wait_ms(timeout_ms) {
-            log_info!(self.nvme(), "queue {}: no {} within {} ms", self.qid, rdma::cm_event_msg(expected), timeout_ms);
+            log_info!(
+                self.nvme(),
+                "queue {}: no {} within {} ms",
+                self.qid,
+                rdma::cm_event_msg(expected),
+                timeout_ms
+            );
             return Err(errno::ETIMEDOUT());
         }
         let event = self.cm_event.load(Ordering::Acquire);
@@ -342,9 +394,19 @@ impl Queue {
             return Ok(());
         }
         let status = self.cm_status.load(Ordering::Relaxed);
-        log_info!(self.nvme(), "queue {}: {} instead of {} (status {})", self.qid,
-            rdma::cm_event_msg(event as u32), rdma::cm_event_msg(expected), status);
-        Err(if status < 0 { Error::from_errno(status) } else { errno::ECONNREFUSED() })
+        log_info!(
+            self.nvme(),
+            "queue {}: {} instead of {} (status {})",
+            self.qid,
+            rdma::cm_event_msg(event as u32),
+            rdma::cm_event_msg(expected),
+            status
+        );
+        Err(if status < 0 {
+            Error::from_errno(status)
+        } else {
+            errno::ECONNREFUSED()
+        })
     }
 
     /// Records a CM event for the waiting set-up step.
@@ -376,13 +438,21 @@ impl Queue {
         // teardown completes any outstanding request).
         unsafe { conn.qp.post_send(&wr.wr) }?;
         if !self.reg_done.wait_ms(REG_TIMEOUT_MS) {
-            log_err!(self.nvme(), "pool registration did not complete within {} ms", REG_TIMEOUT_MS);
+            log_err!(
+                self.nvme(),
+                "pool registration did not complete within {} ms",
+                REG_TIMEOUT_MS
+            );
             return Err(errno::ETIMEDOUT());
         }
         // SAFETY: `reg_cqe` is only written by `reg_done`, which has run.
         let status = unsafe { (*self.reg_cqe.get()).status.load(Ordering::Acquire) };
         if status != bindings::ib_wc_status_IB_WC_SUCCESS as i32 {
-            log_err!(self.nvme(), "pool registration failed: {}", rdma::wc_status_msg(status as u32));
+            log_err!(
+                self.nvme(),
+                "pool registration failed: {}",
+                rdma::wc_status_msg(status as u32)
+            );
             return Err(EIO);
         }
         Ok(())
@@ -397,7 +467,9 @@ impl Queue {
             return;
         }
         let _guard = self.stop_lock.lock();
-        let was = self.flags.fetch_and(!(LIVE | ESTABLISHED), Ordering::AcqRel);
+        let was = self
+            .flags
+            .fetch_and(!(LIVE | ESTABLISHED), Ordering::AcqRel);
         if was & (LIVE | ESTABLISHED) != 0 {
             // SAFETY: allocated queues have a connection, which only `free` removes, and `free`
             // is not concurrent with `stop` (both run from the controller's work items, or
@@ -418,7 +490,13 @@ impl Queue {
         // before calling this, so nothing uses the connection.
         let conn = unsafe { self.conn.replace(None) };
         if let Some(conn) = conn {
-            dbg_event!(Queue, self.nvme(), "queue {}: released qp {:#x}", self.qid, conn.qp.qp_num());
+            dbg_event!(
+                Queue,
+                self.nvme(),
+                "queue {}: released qp {:#x}",
+                self.qid,
+                conn.qp.qp_num()
+            );
             drop(conn);
         }
     }
@@ -447,7 +525,11 @@ impl Queue {
         let offset = index * SQE_SIZE;
         conn.sqe_map.sync_for_device(offset, SQE_SIZE);
         let mut sge = [
-            bindings::ib_sge { addr: conn.sqe_map.addr() + offset as u64, length: SQE_SIZE as u32, lkey: conn.lkey },
+            bindings::ib_sge {
+                addr: conn.sqe_map.addr() + offset as u64,
+                length: SQE_SIZE as u32,
+                lkey: conn.lkey,
+            },
             inline.unwrap_or_default(),
         ];
         let mut wr = bindings::ib_send_wr {
@@ -466,15 +548,27 @@ impl Queue {
 
     fn post_recv(&self, conn: &Conn, index: u32) -> Result {
         let offset = index as usize * CQE_SIZE;
-        let mut sge =
-            bindings::ib_sge { addr: conn.rsp_map.addr() + offset as u64, length: CQE_SIZE as u32, lkey: conn.lkey };
-        let mut wr = bindings::ib_recv_wr { sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        let mut sge = bindings::ib_sge {
+            addr: conn.rsp_map.addr() + offset as u64,
+            length: CQE_SIZE as u32,
+            lkey: conn.lkey,
+        };
+        let mut wr = bindings::ib_recv_wr {
+            sg_list: &mut sge,
+            num_sge: 1,
+            ..Default::default()
+        };
         wr.__bindgen_anon_1.wr_cqe = &self.recv_cqes[index as usize].cqe as *const _ as *mut _;
         // SAFETY: the receive buffer is part of the mapped ring and its completion entry lives
         // in the queue, which outlives the QP.
         let ret = unsafe { conn.qp.post_recv(&wr) };
         if let Err(e) = ret {
-            log_err!(self.nvme(), "queue {}: posting receive failed ({:?})", self.qid, e);
+            log_err!(
+                self.nvme(),
+                "queue {}: posting receive failed ({:?})",
+                self.qid,
+                e
+            );
         }
         ret
     }
@@ -482,18 +576,29 @@ impl Queue {
     /// Sends the asynchronous event request (admin queue).
     pub(crate) fn submit_async_event(&self) {
         // SAFETY: called by the core while the admin queue is live.
-        let Some(conn) = (unsafe { self.conn() }) else { return };
+        let Some(conn) = (unsafe { self.conn() }) else {
+            return;
+        };
         let index = AEN_COMMAND_ID as usize;
         let sqe = self.sqe(index);
         let mut cmd = [0u8; SQE_SIZE];
         cmd[0] = bindings::nvme_admin_opcode_nvme_admin_async_event as u8;
         cmd[2..4].copy_from_slice(&AEN_COMMAND_ID.to_le_bytes());
-        crate::proto::capsule::set_sgl(&mut cmd, &crate::proto::sgl::KeyedSgl::default().encode().unwrap_or_default());
+        crate::proto::capsule::set_sgl(
+            &mut cmd,
+            &crate::proto::sgl::KeyedSgl::default()
+                .encode()
+                .unwrap_or_default(),
+        );
         // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding.
         unsafe { core::ptr::copy_nonoverlapping(cmd.as_ptr(), sqe, SQE_SIZE) };
         // SAFETY: `aen_cqe` lives in the queue.
         if let Err(e) = unsafe { self.post_command(conn, index, self.aen_cqe.get(), None) } {
-            log_err!(self.nvme(), "posting the async event request failed ({:?})", e);
+            log_err!(
+                self.nvme(),
+                "posting the async event request failed ({:?})",
+                e
+            );
         }
     }
 
@@ -501,8 +606,14 @@ impl Queue {
     fn wr_error(&self, wc: &bindings::ib_wc, op: &str) {
         let ctrl = self.ctrl();
         if ctrl.nvme().state() == crate::nvme::State::Live {
-            log_info!(self.nvme(), "queue {}: {} failed with status {} ({})", self.qid, op,
-                rdma::wc_status_msg(wc.status), wc.status);
+            log_info!(
+                self.nvme(),
+                "queue {}: {} failed with status {} ({})",
+                self.qid,
+                op,
+                rdma::wc_status_msg(wc.status),
+                wc.status
+            );
         }
         ctrl.error_recovery(format_args!("{} failed on queue {}", op, self.qid));
     }
@@ -513,11 +624,23 @@ impl Queue {
 /// # Safety
 ///
 /// Called by the RDMA CM with the id created in `Queue::connect`, whose context is the queue.
-unsafe extern "C" fn cm_handler(id: *mut bindings::rdma_cm_id, ev: *mut bindings::rdma_cm_event) -> i32 {
+unsafe extern "C" fn cm_handler(
+    id: *mut bindings::rdma_cm_id,
+    ev: *mut bindings::rdma_cm_event,
+) -> i32 {
     // SAFETY: see the function's contract; the event is valid for the call.
-    let (queue, event, status) = unsafe { (&*((*id).context as *const Queue), (*ev).event, (*ev).status) };
+    let (queue, event, status) =
+        unsafe { (&*((*id).context as *const Queue), (*ev).event, (*ev).status) };
     let nvme = queue.nvme();
-    dbg_event!(Cm, nvme, "queue {}: {} ({}) status {}", queue.qid, rdma::cm_event_msg(event), event, status);
+    dbg_event!(
+        Cm,
+        nvme,
+        "queue {}: {} ({}) status {}",
+        queue.qid,
+        rdma::cm_event_msg(event),
+        event,
+        status
+    );
     match event {
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED
@@ -527,17 +650,33 @@ unsafe extern "C" fn cm_handler(id: *mut bindings::rdma_cm_id, ev: *mut bindings
             // SAFETY: valid id and event for the duration of the handler.
             let data = unsafe { bindings::rdma_consumer_reject_data(id, ev, &mut len) };
             // SAFETY: as above; returns a static string.
-            let cm_msg = unsafe { kernel::str::CStr::from_char_ptr(bindings::rdma_reject_msg(id, status)) };
+            let cm_msg =
+                unsafe { kernel::str::CStr::from_char_ptr(bindings::rdma_reject_msg(id, status)) };
             let rej = if data.is_null() {
                 None
             } else {
                 // SAFETY: the CM hands out `len` bytes of private data valid during the call.
-                CmReject::decode(unsafe { core::slice::from_raw_parts(data.cast::<u8>(), len as usize) })
+                CmReject::decode(unsafe {
+                    core::slice::from_raw_parts(data.cast::<u8>(), len as usize)
+                })
             };
             match rej {
-                Some(r) => log_err!(nvme, "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
-                    queue.qid, status, cm_msg, r.sts, r.msg()),
-                None => log_err!(nvme, "queue {}: connect rejected: status {} ({})", queue.qid, status, cm_msg),
+                Some(r) => log_err!(
+                    nvme,
+                    "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
+                    queue.qid,
+                    status,
+                    cm_msg,
+                    r.sts,
+                    r.msg()
+                ),
+                None => log_err!(
+                    nvme,
+                    "queue {}: connect rejected: status {} ({})",
+                    queue.qid,
+                    status,
+                    cm_msg
+                ),
             }
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }
@@ -545,14 +684,22 @@ unsafe extern "C" fn cm_handler(id: *mut bindings::rdma_cm_id, ev: *mut bindings
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => {
-            let err = if status < 0 { status } else { errno::ECONNRESET().to_errno() };
+            let err = if status < 0 {
+                status
+            } else {
+                errno::ECONNRESET().to_errno()
+            };
             queue.cm_signal(event, err);
         }
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => {
             if queue.flags.load(Ordering::Acquire) & ESTABLISHED != 0 {
-                queue.ctrl().error_recovery(format_args!("queue {}: {}", queue.qid, rdma::cm_event_msg(event)));
+                queue.ctrl().error_recovery(format_args!(
+                    "queue {}: {}",
+                    queue.qid,
+                    rdma::cm_event_msg(event)
+                ));
             }
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }
@@ -562,8 +709,17 @@ unsafe extern "C" fn cm_handler(id: *mut bindings::rdma_cm_id, ev: *mut bindings
             queue.cm_signal(event, ENODEV.to_errno());
         }
         _ => {
-            log_err!(nvme, "queue {}: unexpected RDMA CM event {} ({})", queue.qid, rdma::cm_event_msg(event), event);
-            queue.ctrl().error_recovery(format_args!("queue {}: unexpected CM event {}", queue.qid, event));
+            log_err!(
+                nvme,
+                "queue {}: unexpected RDMA CM event {} ({})",
+                queue.qid,
+                rdma::cm_event_msg(event),
+                event
+            );
+            queue.ctrl().error_recovery(format_args!(
+                "queue {}: unexpected CM event {}",
+                queue.qid, event
+            ));
         }
     }
     0
@@ -573,13 +729,29 @@ unsafe extern "C" fn cm_handler(id: *mut bindings::rdma_cm_id, ev: *mut bindings
 unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut c_void) {
     // SAFETY: the QP's context is its queue, alive while the QP exists.
     let (queue, ev) = unsafe { (&*(context as *const Queue), (*event).event) };
-    dbg_event!(Queue, queue.nvme(), "queue {}: QP event {} ({})", queue.qid, rdma::event_msg(ev), ev);
+    dbg_event!(
+        Queue,
+        queue.nvme(),
+        "queue {}: QP event {} ({})",
+        queue.qid,
+        rdma::event_msg(ev),
+        ev
+    );
     match ev {
         bindings::ib_event_type_IB_EVENT_QP_FATAL
         | bindings::ib_event_type_IB_EVENT_QP_REQ_ERR
         | bindings::ib_event_type_IB_EVENT_QP_ACCESS_ERR => {
-            log_err!(queue.nvme(), "queue {}: QP event {}", queue.qid, rdma::event_msg(ev));
-            queue.ctrl().error_recovery(format_args!("queue {}: {}", queue.qid, rdma::event_msg(ev)));
+            log_err!(
+                queue.nvme(),
+                "queue {}: QP event {}",
+                queue.qid,
+                rdma::event_msg(ev)
+            );
+            queue.ctrl().error_recovery(format_args!(
+                "queue {}: {}",
+                queue.qid,
+                rdma::event_msg(ev)
+            ));
         }
         _ => {}
     }
@@ -599,21 +771,39 @@ unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
         return;
     }
     // SAFETY: a completion of this queue's CQ: the connection is installed (see `conn`).
-    let Some(conn) = (unsafe { queue.conn() }) else { return };
+    let Some(conn) = (unsafe { queue.conn() }) else {
+        return;
+    };
     if (wc.byte_len as usize) < CQE_SIZE {
-        log_err!(queue.nvme(), "queue {}: truncated response of {} bytes", queue.qid, wc.byte_len);
-        queue.ctrl().error_recovery(format_args!("truncated response on queue {}", queue.qid));
+        log_err!(
+            queue.nvme(),
+            "queue {}: truncated response of {} bytes",
+            queue.qid,
+            wc.byte_len
+        );
+        queue
+            .ctrl()
+            .error_recovery(format_args!("truncated response on queue {}", queue.qid));
         return;
     }
     let offset = rc.index as usize * CQE_SIZE;
     conn.rsp_map.sync_for_cpu(offset, CQE_SIZE);
     let mut raw = [0u8; CQE_SIZE];
     // SAFETY: the ring entry is ours until the receive is reposted below.
-    unsafe { core::ptr::copy_nonoverlapping(queue.rsps.entry(rc.index as usize, CQE_SIZE), raw.as_mut_ptr(), CQE_SIZE) };
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            queue.rsps.entry(rc.index as usize, CQE_SIZE),
+            raw.as_mut_ptr(),
+            CQE_SIZE,
+        )
+    };
     let cqe = crate::proto::capsule::Cqe::decode(&raw);
     let invalidated = wc.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0;
     if queue.qid == 0 && cqe.command_id & 0xfff >= AEN_COMMAND_ID {
-        queue.ctrl().nvme().complete_async_event(u16::from_le_bytes([raw[14], raw[15]]), cqe.result);
+        queue
+            .ctrl()
+            .nvme()
+            .complete_async_event(u16::from_le_bytes([raw[14], raw[15]]), cqe.result);
     } else {
         crate::mq::process_response(queue, conn, &raw, invalidated);
     }
@@ -635,6 +825,10 @@ unsafe extern "C" fn reg_wr_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::i
     // queue's `reg_cqe` and whose QP context is the queue.
     let (wc, queue) = unsafe { (&*wc, &*((*(*wc).qp).qp_context as *const Queue)) };
     // SAFETY: `reg_cqe` is a `WaitCqe` inside the queue.
-    unsafe { (*queue.reg_cqe.get()).status.store(wc.status as i32, Ordering::Release) };
+    unsafe {
+        (*queue.reg_cqe.get())
+            .status
+            .store(wc.status as i32, Ordering::Release)
+    };
     queue.reg_done.complete();
 }

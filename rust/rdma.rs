@@ -58,21 +58,14 @@ impl Device {
         self.attrs().max_qp_rd_atom
     }
 
-    pub(crate) fn max_send_sge(&self) -> i32 {
-        self.attrs().max_send_sge
-    }
-
-    pub(crate) fn max_qp_wr(&self) -> i32 {
-        self.attrs().max_qp_wr
-    }
-
     pub(crate) fn page_size_cap(&self) -> u64 {
         self.attrs().page_size_cap
     }
 
     /// Whether the device supports memory registration work requests (FRWR).
     pub(crate) fn has_mem_mgt_extensions(&self) -> bool {
-        self.attrs().device_cap_flags & bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64
+        self.attrs().device_cap_flags
+            & bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64
             != 0
     }
 
@@ -87,15 +80,26 @@ impl Device {
     }
 
     /// Maps `len` bytes at `cpu_addr` for DMA in direction `dir`.
-    pub(crate) fn map_single(self, cpu_addr: *mut c_void, len: usize, dir: DmaDir) -> Result<DmaMap> {
+    pub(crate) fn map_single(
+        self,
+        cpu_addr: *mut c_void,
+        len: usize,
+        dir: DmaDir,
+    ) -> Result<DmaMap> {
         // SAFETY: the caller owns `len` bytes at `cpu_addr` for as long as the mapping exists
         // (`DmaMap` is dropped before the memory, see its users).
-        let addr = unsafe { bindings::rsrdma_dma_map_single(self.as_ptr(), cpu_addr, len, dir.raw()) };
+        let addr =
+            unsafe { bindings::rsrdma_dma_map_single(self.as_ptr(), cpu_addr, len, dir.raw()) };
         // SAFETY: `addr` came from this device's mapping call.
         if unsafe { bindings::rsrdma_dma_mapping_error(self.as_ptr(), addr) } != 0 {
             return Err(ENOMEM);
         }
-        Ok(DmaMap { dev: self, addr, len, dir })
+        Ok(DmaMap {
+            dev: self,
+            addr,
+            len,
+            dir,
+        })
     }
 }
 
@@ -135,7 +139,12 @@ impl DmaMap {
     pub(crate) fn sync_for_cpu(&self, offset: usize, len: usize) {
         // SAFETY: the range is inside the mapping (callers pass ranges of their buffer).
         unsafe {
-            bindings::rsrdma_dma_sync_for_cpu(self.dev.as_ptr(), self.addr + offset as u64, len, self.dir.raw())
+            bindings::rsrdma_dma_sync_for_cpu(
+                self.dev.as_ptr(),
+                self.addr + offset as u64,
+                len,
+                self.dir.raw(),
+            )
         }
     }
 
@@ -143,7 +152,12 @@ impl DmaMap {
     pub(crate) fn sync_for_device(&self, offset: usize, len: usize) {
         // SAFETY: as in `sync_for_cpu`.
         unsafe {
-            bindings::rsrdma_dma_sync_for_device(self.dev.as_ptr(), self.addr + offset as u64, len, self.dir.raw())
+            bindings::rsrdma_dma_sync_for_device(
+                self.dev.as_ptr(),
+                self.addr + offset as u64,
+                len,
+                self.dir.raw(),
+            )
         }
     }
 }
@@ -151,7 +165,14 @@ impl DmaMap {
 impl Drop for DmaMap {
     fn drop(&mut self) {
         // SAFETY: mapped in `Device::map_single` with these parameters.
-        unsafe { bindings::rsrdma_dma_unmap_single(self.dev.as_ptr(), self.addr, self.len, self.dir.raw()) };
+        unsafe {
+            bindings::rsrdma_dma_unmap_single(
+                self.dev.as_ptr(),
+                self.addr,
+                self.len,
+                self.dir.raw(),
+            )
+        };
     }
 }
 
@@ -191,7 +212,9 @@ impl CmId {
         dst: &bindings::__kernel_sockaddr_storage,
         timeout_ms: u32,
     ) -> Result {
-        let src = src.map_or(core::ptr::null_mut(), |s| s as *const _ as *mut bindings::sockaddr);
+        let src = src.map_or(core::ptr::null_mut(), |s| {
+            s as *const _ as *mut bindings::sockaddr
+        });
         // SAFETY: the id is owned; the addresses are valid sockaddrs that rdma_resolve_addr
         // copies before returning.
         errno(unsafe {
@@ -222,12 +245,11 @@ impl CmId {
         Device::from_raw(unsafe { (*self.as_ptr()).device })
     }
 
-    /// Sends the connect request.
-    ///
-    /// Must be called from the id's own event handler (`rdma_connect_locked`).
-    pub(crate) fn connect_locked(&self, param: &bindings::rdma_conn_param) -> Result {
-        // SAFETY: the id is owned, has a QP, and the handler lock is held by our caller.
-        errno(unsafe { bindings::rdma_connect_locked(self.as_ptr(), param as *const _ as *mut _) })
+    /// Sends the connect request; the outcome arrives as a CM event. Not for use from the id's
+    /// own event handler (it takes the handler lock).
+    pub(crate) fn connect(&self, param: &bindings::rdma_conn_param) -> Result {
+        // SAFETY: the id is owned and has a QP; the CM copies `param` and its private data.
+        errno(unsafe { bindings::rdma_connect(self.as_ptr(), param as *const _ as *mut _) })
     }
 
     /// Starts a disconnect (DREQ); harmless if not connected.
@@ -306,18 +328,35 @@ impl Cq {
     pub(crate) fn pooled(dev: Device, nr_cqe: u32, vector: i32) -> Result<Self> {
         // SAFETY: `dev` is alive.
         let cq = from_err_ptr(unsafe {
-            bindings::ib_cq_pool_get(dev.as_ptr(), nr_cqe, vector, bindings::ib_poll_context_IB_POLL_SOFTIRQ)
+            bindings::ib_cq_pool_get(
+                dev.as_ptr(),
+                nr_cqe,
+                vector,
+                bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+            )
         })?;
-        Ok(Self { cq: NonNull::new(cq).ok_or(ENOMEM)?, pooled_cqes: Some(nr_cqe) })
+        Ok(Self {
+            cq: NonNull::new(cq).ok_or(ENOMEM)?,
+            pooled_cqes: Some(nr_cqe),
+        })
     }
 
     /// Allocates a CQ polled directly by the caller (blk-mq poll queues).
     pub(crate) fn direct(dev: Device, nr_cqe: u32, vector: i32, ctx: *mut c_void) -> Result<Self> {
         // SAFETY: `dev` is alive; `ctx` is stored, not dereferenced, by the core.
         let cq = from_err_ptr(unsafe {
-            bindings::rsrdma_alloc_cq(dev.as_ptr(), ctx, nr_cqe as i32, vector, bindings::ib_poll_context_IB_POLL_DIRECT)
+            bindings::rsrdma_alloc_cq(
+                dev.as_ptr(),
+                ctx,
+                nr_cqe as i32,
+                vector,
+                bindings::ib_poll_context_IB_POLL_DIRECT,
+            )
         })?;
-        Ok(Self { cq: NonNull::new(cq).ok_or(ENOMEM)?, pooled_cqes: None })
+        Ok(Self {
+            cq: NonNull::new(cq).ok_or(ENOMEM)?,
+            pooled_cqes: None,
+        })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut bindings::ib_cq {
@@ -412,7 +451,11 @@ impl Mr {
     pub(crate) fn new(pd: &Pd, max_pages: u32) -> Result<Self> {
         // SAFETY: owned PD.
         let mr = from_err_ptr(unsafe {
-            bindings::ib_alloc_mr(pd.as_ptr(), bindings::ib_mr_type_IB_MR_TYPE_MEM_REG, max_pages)
+            bindings::ib_alloc_mr(
+                pd.as_ptr(),
+                bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
+                max_pages,
+            )
         })?;
         Ok(Self(NonNull::new(mr).ok_or(ENOMEM)?))
     }
@@ -447,16 +490,28 @@ impl Mr {
     /// # Safety
     ///
     /// `sg` must be a DMA-mapped list of at least `nents` entries.
-    pub(crate) unsafe fn map_sg(&self, sg: *mut bindings::scatterlist, nents: i32, page_size: u32) -> i32 {
+    pub(crate) unsafe fn map_sg(
+        &self,
+        sg: *mut bindings::scatterlist,
+        nents: i32,
+        page_size: u32,
+    ) -> i32 {
         // SAFETY: owned MR; the caller guarantees the list.
-        unsafe { bindings::ib_map_mr_sg(self.as_ptr(), sg, nents, core::ptr::null_mut(), page_size) }
+        unsafe {
+            bindings::ib_map_mr_sg(self.as_ptr(), sg, nents, core::ptr::null_mut(), page_size)
+        }
     }
 
     /// Moves the key to a fresh value, so a registration never reuses the previous RKEY.
     pub(crate) fn bump_key(&self) {
         let key = self.rkey();
         // SAFETY: owned MR, not registered at this point.
-        unsafe { bindings::rsrdma_update_fast_reg_key(self.as_ptr(), bindings::rsrdma_inc_rkey(key) as u8) };
+        unsafe {
+            bindings::rsrdma_update_fast_reg_key(
+                self.as_ptr(),
+                bindings::rsrdma_inc_rkey(key) as u8,
+            )
+        };
     }
 }
 

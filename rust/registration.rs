@@ -11,9 +11,9 @@ use crate::nvme::Options;
 use crate::rdma::Device;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicPtr, Ordering};
+use kernel::c_str;
 use kernel::error::to_result;
 use kernel::init::pin_init_from_closure;
-use kernel::c_str;
 use kernel::prelude::*;
 use kernel::sync::Mutex;
 use kernel::types::Opaque;
@@ -131,7 +131,10 @@ fn registry() -> Option<&'static Registry> {
 }
 
 impl Registry {
-    pub(crate) fn new(name: &'static CStr, module: &'static ThisModule) -> impl PinInit<Self, Error> {
+    pub(crate) fn new(
+        name: &'static CStr,
+        module: &'static ThisModule,
+    ) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             ctrls <- kernel::new_mutex!(KVec::new()),
             ctrl_ops: Opaque::new(ctrl::ctrl_ops(name, module.as_ptr().cast())),
@@ -176,7 +179,11 @@ impl Registry {
         unsafe { bindings::rsrdma_flush_workqueue(bindings::nvme_delete_wq) };
         let left = self.ctrls.lock().len();
         if left != 0 {
-            log_err!(core::ptr::null(), "{} controllers still referenced at unload", left);
+            log_err!(
+                core::ptr::null(),
+                "{} controllers still referenced at unload",
+                left
+            );
         }
     }
 
@@ -254,7 +261,9 @@ impl PinnedDrop for ClientRegistration {
 }
 
 unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
-    let Some(dev) = Device::from_raw(dev) else { return 0 };
+    let Some(dev) = Device::from_raw(dev) else {
+        return 0;
+    };
     log_info!(core::ptr::null(), "RDMA device {} added", dev.name());
     // A controller waiting for its device tries again now rather than at its next attempt.
     if let Some(reg) = registry() {
@@ -269,8 +278,13 @@ unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
     0
 }
 
-unsafe extern "C" fn device_remove(dev: *mut bindings::ib_device, _client_data: *mut kernel::ffi::c_void) {
-    let Some(dev) = Device::from_raw(dev) else { return };
+unsafe extern "C" fn device_remove(
+    dev: *mut bindings::ib_device,
+    _client_data: *mut kernel::ffi::c_void,
+) {
+    let Some(dev) = Device::from_raw(dev) else {
+        return;
+    };
     let mut users = 0;
     if let Some(reg) = registry() {
         for c in reg.get_all() {
@@ -283,5 +297,10 @@ unsafe extern "C" fn device_remove(dev: *mut bindings::ib_device, _client_data: 
             ctrl.nvme().put();
         }
     }
-    log_info!(core::ptr::null(), "RDMA device {} removed ({} controllers released it)", dev.name(), users);
+    log_info!(
+        core::ptr::null(),
+        "RDMA device {} removed ({} controllers released it)",
+        dev.name(),
+        users
+    );
 }

@@ -46,15 +46,28 @@ struct RsRdma {
 
 impl kernel::Module for RsRdma {
     fn init(module: &'static ThisModule) -> Result<Self> {
-        let name = if glue::dropin() { c_str!("rdma") } else { c_str!("rsrdma") };
+        let name = if glue::dropin() {
+            c_str!("rdma")
+        } else {
+            c_str!("rsrdma")
+        };
         log_info!(core::ptr::null(), "loading, transport \"{}\"", name);
         let registry = KBox::pin_init(Registry::new(name, module), GFP_KERNEL)?;
         registry.as_ref().publish();
-        let client = KBox::pin_init(ClientRegistration::new(), GFP_KERNEL).inspect_err(|_| registry.unpublish())?;
-        let transport =
-            KBox::pin_init(TransportRegistration::new(name, module), GFP_KERNEL).inspect_err(|_| registry.unpublish())?;
-        log_info!(core::ptr::null(), "fabrics transport \"{}\" registered", name);
-        Ok(RsRdma { transport: Some(transport), client: Some(client), registry })
+        let client = KBox::pin_init(ClientRegistration::new(), GFP_KERNEL)
+            .inspect_err(|_| registry.unpublish())?;
+        let transport = KBox::pin_init(TransportRegistration::new(name, module), GFP_KERNEL)
+            .inspect_err(|_| registry.unpublish())?;
+        log_info!(
+            core::ptr::null(),
+            "fabrics transport \"{}\" registered",
+            name
+        );
+        Ok(RsRdma {
+            transport: Some(transport),
+            client: Some(client),
+            registry,
+        })
     }
 }
 

@@ -87,7 +87,9 @@ unsafe impl<T: Send> Send for ConnCell<T> {}
 
 impl<T> ConnCell<T> {
     pub(crate) const fn new() -> Self {
-        Self { inner: UnsafeCell::new(None) }
+        Self {
+            inner: UnsafeCell::new(None),
+        }
     }
 
     /// The current connection, if any.
