@@ -66,9 +66,22 @@ log "booting $(cat "$kdir/include/config/kernel.release") ($accel, $cpus vCPUs, 
 start=$(date +%s)
 timeout -k 10 "$timeout_s" vng --run "$kdir" --user root --cpus "$cpus" --memory "$memory" \
 	--network user --rwdir="$out" "${accel_opts[@]}" \
-	--append "printk.time=1 hung_task_timeout_secs=60" \
+	--verbose --append "printk.time=1 sysctl.kernel.hung_task_timeout_secs=60" \
 	-- "$out/guest.sh" </dev/null >"$out/console.log" 2>&1 &
 vm=$!
+tailer=
+
+# If this script is interrupted or killed, stop the guest too: timeout runs in its own process
+# group, so a Ctrl-C or a CI cancel would not reach it and the guest would run on until the
+# timeout. timeout passes the TERM on to vng.
+stop_guest() {
+	trap - INT TERM HUP
+	kill -TERM "$vm" 2>/dev/null && log "interrupted: stopping the guest"
+	[ -z "$tailer" ] || kill "$tailer" 2>/dev/null
+	wait "$vm" 2>/dev/null
+	exit 130
+}
+trap stop_guest INT TERM HUP
 
 # Stream the guest's output while it runs.
 tail -n +1 -F --pid="$vm" "$out/guest.log" 2>/dev/null &
@@ -78,6 +91,7 @@ wait "$vm" || status=$?
 sleep 0.5
 kill "$tailer" 2>/dev/null || true
 wait "$tailer" 2>/dev/null || true
+trap - INT TERM HUP
 
 elapsed=$(($(date +%s) - start))
 if [ -f "$out/exit" ]; then
