@@ -1,0 +1,474 @@
+# SPDX-License-Identifier: GPL-2.0
+# shellcheck shell=bash
+#
+# Shared helpers for the guest tests (tests/NN-*.sh) and the demo. Sourced, not run; bash only.
+# They run as root inside the guest (scripts/vm.sh), where the host root file system is visible
+# read-only: write only under /tmp, $RSRDMA_OUT, /sys and /dev.
+#
+#   KTAP        ktap_header, ktap_plan N, ktap_ok NAME, ktap_fail NAME [REASON],
+#               ktap_skip NAME REASON, ktap_check NAME CMD..., ktap_diag MSG..., ktap_finish
+#   fabric      rxe_setup, rxe_teardown
+#   target      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems)
+#   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, nvme_dev_for_nqn NQN,
+#               fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
+#   kernel log  dmesg_mark, dmesg_since_mark, dmesg_check_clean
+#   misc        wait_for TIMEOUT_S CMD..., run_diag CMD..., fio_verify DEV SECONDS [FIO ARGS...]
+#
+# Helpers return non-zero on failure and say why on diagnostic ("# ...") lines; they never exit.
+
+# These helpers load and unload kernel modules and rewrite configfs: refuse to run outside the
+# virtme-ng guest unless told to (RSRDMA_ALLOW_HOST=1, on a machine you can break).
+if ! grep -q virtme /proc/cmdline 2>/dev/null && [ -z "${RSRDMA_ALLOW_HOST:-}" ]; then
+	echo "Bail out! not inside the nvme-rsrdma guest: run through scripts/vm.sh or make test" >&2
+	exit 1
+fi
+
+RSRDMA_REPO=${RSRDMA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+RSRDMA_OUT=${RSRDMA_OUT:-/tmp/rsrdma-out}
+RSRDMA_KO=${RSRDMA_KO:-$RSRDMA_REPO/nvme_rsrdma.ko}
+export RSRDMA_REPO RSRDMA_OUT RSRDMA_KO
+
+export TARGET_ADDR=10.0.2.15 TARGET_PORT=4420
+export NQN_NULL=nqn.2026-11.io.rsrdma:null
+export NQN_FILE=nqn.2026-11.io.rsrdma:file
+export NQN_NULL2=nqn.2026-11.io.rsrdma:null2
+# Sizes of the backing devices, in bytes, for tests that check them.
+export NULL_SIZE=$((256 << 20)) FILE_SIZE=$((128 << 20))
+
+NVMET_CFS=/sys/kernel/config/nvmet
+NULLB_CFS=/sys/kernel/config/nullb
+TARGET_TMPFS=/tmp/rsrdma-target
+RXE_NAME=rxe0
+RXE_NETDEV=eth0
+
+# ---- KTAP ------------------------------------------------------------------------------------
+# One KTAP document per test script: header, plan, one result line per test case, diagnostics
+# as "# " lines. ktap_finish exits with the kselftest code: 0 all passed (skips allowed), 1 any
+# failed or the plan was not met, 4 everything skipped.
+
+_ktap_n=0 _ktap_plan= _ktap_pass=0 _ktap_fail=0 _ktap_skip=0
+
+ktap_header() { echo "KTAP version 1"; }
+
+ktap_plan() {
+	_ktap_plan=$1
+	echo "1..$1"
+}
+
+# Every line of the arguments (or of stdin without arguments) as a diagnostic line.
+ktap_diag() {
+	if (($#)); then
+		printf '%s\n' "$*" | sed 's/^/# /'
+	else
+		sed 's/^/# /'
+	fi
+}
+
+_ktap_name() { printf '%s' "$*" | tr '\n#' ' _'; }
+
+ktap_ok() {
+	_ktap_n=$((_ktap_n + 1)) _ktap_pass=$((_ktap_pass + 1))
+	echo "ok $_ktap_n $(_ktap_name "$1")"
+}
+
+ktap_fail() {
+	_ktap_n=$((_ktap_n + 1)) _ktap_fail=$((_ktap_fail + 1))
+	[ -z "${2:-}" ] || ktap_diag "$1: $2"
+	echo "not ok $_ktap_n $(_ktap_name "$1")"
+}
+
+ktap_skip() {
+	_ktap_n=$((_ktap_n + 1)) _ktap_skip=$((_ktap_skip + 1))
+	echo "ok $_ktap_n $(_ktap_name "$1") # SKIP $(_ktap_name "${2:-}")"
+}
+
+# ktap_check NAME CMD...: one test case from a command's status; its output becomes diagnostics.
+ktap_check() {
+	local name=$1
+	shift
+	if run_diag "$@"; then
+		ktap_ok "$name"
+	else
+		ktap_fail "$name"
+		return 1
+	fi
+}
+
+# Number of test cases reported so far, and of failures (for tests that adapt their plan).
+ktap_count() { echo "$_ktap_n"; }
+ktap_failures() { echo "$_ktap_fail"; }
+
+ktap_finish() {
+	if [ -n "$_ktap_plan" ] && [ "$_ktap_n" != "$_ktap_plan" ]; then
+		ktap_diag "planned $_ktap_plan test cases, ran $_ktap_n"
+		_ktap_fail=$((_ktap_fail + 1))
+	fi
+	ktap_diag "totals: pass:$_ktap_pass fail:$_ktap_fail skip:$_ktap_skip"
+	if ((_ktap_fail)); then
+		exit 1
+	elif ((_ktap_pass == 0 && _ktap_skip > 0)); then
+		exit 4
+	fi
+	exit 0
+}
+
+# ---- misc ------------------------------------------------------------------------------------
+
+# run_diag CMD...: run CMD with its stdout and stderr as diagnostic lines; CMD's status.
+run_diag() {
+	local out rc=0
+	out=$("$@" 2>&1) || rc=$?
+	[ -z "$out" ] || ktap_diag "$out"
+	return $rc
+}
+
+# wait_for TIMEOUT_S CMD...: retry CMD (silently) until it succeeds; 1 on timeout.
+wait_for() {
+	local timeout=$1 deadline
+	shift
+	deadline=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.5
+	done
+}
+
+_w() { # _w VALUE FILE: write a configfs/sysfs attribute, saying what failed
+	if ! printf '%s' "$1" >"$2" 2>/dev/null; then
+		ktap_diag "cannot write '$1' to $2"
+		return 1
+	fi
+}
+
+_module_loaded() { [ -e "/sys/module/$1/initstate" ]; }
+
+# module_unload NAME: unload a module (and its unused dependencies) if loaded, retrying for a
+# few seconds while it is still busy (references are dropped asynchronously after teardown).
+module_unload() {
+	_module_loaded "$1" || return 0
+	wait_for 15 modprobe -r "$1" && return 0
+	ktap_diag "cannot unload $1: $(modprobe -r "$1" 2>&1)"
+	return 1
+}
+
+# ---- fabric: soft-RoCE on eth0 -------------------------------------------------------------
+
+_rxe_active() { rdma link show "$RXE_NAME/1" 2>/dev/null | grep -q 'state ACTIVE'; }
+
+rxe_setup() {
+	modprobe rdma_rxe || { ktap_diag "modprobe rdma_rxe failed"; return 1; }
+	modprobe -a rdma_cm ib_uverbs 2>/dev/null || true
+	if ! rdma link show "$RXE_NAME/1" >/dev/null 2>&1; then
+		rdma link add "$RXE_NAME" type rxe netdev "$RXE_NETDEV" ||
+			{ ktap_diag "rdma link add $RXE_NAME failed"; return 1; }
+	fi
+	wait_for 30 _rxe_active || {
+		ktap_diag "$RXE_NAME not ACTIVE after 30 s: $(rdma link show 2>&1)"
+		return 1
+	}
+}
+
+rxe_teardown() {
+	local rc=0
+	if rdma link show "$RXE_NAME/1" >/dev/null 2>&1; then
+		rdma link delete "$RXE_NAME" || rc=1
+	fi
+	module_unload rdma_rxe || rc=1
+	return $rc
+}
+
+# ---- target: nvmet-rdma over configfs ------------------------------------------------------
+# Port 1 (rdma, ipv4, $TARGET_ADDR:$TARGET_PORT) exports, to any host:
+#   $NQN_NULL   null_blk "rsrdma_null",  memory backed, 256 MiB, 512-byte blocks
+#   $NQN_FILE   a 128 MiB file on a private tmpfs (4 KiB blocks: nvmet takes the file system's)
+#   $NQN_NULL2  null_blk "rsrdma_null2", like the first (for two-controller tests)
+# target_setup brings rxe up first if needed. target_teardown disconnects every host controller
+# first (a connected host would retry forever against a vanished port), then removes ports,
+# subsystems, hosts, null_blk devices and the tmpfs, and unloads nvmet-rdma, nvmet and null_blk.
+# It is idempotent and safe after a partial setup.
+
+_configfs() {
+	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+}
+
+_nullb_create() { # NAME SIZE_MIB BLOCKSIZE
+	local d=$NULLB_CFS/$1
+	[ -d "$d" ] || mkdir "$d" || { ktap_diag "cannot create null_blk $1"; return 1; }
+	if [ "$(cat "$d/power")" != 1 ]; then
+		_w "$2" "$d/size" && _w "$3" "$d/blocksize" && _w 1 "$d/memory_backed" &&
+			_w 1 "$d/power" || return 1
+	fi
+	wait_for 10 test -b "/dev/$1" || { ktap_diag "/dev/$1 did not appear"; return 1; }
+}
+
+_subsys_create() { # NQN PATH
+	local s=$NVMET_CFS/subsystems/$1
+	[ -d "$s" ] || mkdir "$s" || { ktap_diag "cannot create subsystem $1"; return 1; }
+	_w 1 "$s/attr_allow_any_host" || return 1
+	[ -d "$s/namespaces/1" ] || mkdir "$s/namespaces/1" || return 1
+	if [ "$(cat "$s/namespaces/1/enable")" != 1 ]; then
+		_w "$2" "$s/namespaces/1/device_path" && _w 1 "$s/namespaces/1/enable" || return 1
+	fi
+}
+
+target_setup() {
+	local nqn p=$NVMET_CFS/ports/1
+	_rxe_active || rxe_setup || return 1
+	_configfs || return 1
+	modprobe null_blk nr_devices=0 || { ktap_diag "modprobe null_blk failed"; return 1; }
+	modprobe nvmet-rdma || { ktap_diag "modprobe nvmet-rdma failed"; return 1; }
+	_nullb_create rsrdma_null 256 512 || return 1
+	_nullb_create rsrdma_null2 256 512 || return 1
+	mkdir -p "$TARGET_TMPFS"
+	mountpoint -q "$TARGET_TMPFS" || mount -t tmpfs -o size=160M rsrdma-target "$TARGET_TMPFS" ||
+		return 1
+	[ -f "$TARGET_TMPFS/file.img" ] || truncate -s "$FILE_SIZE" "$TARGET_TMPFS/file.img" || return 1
+	_subsys_create "$NQN_NULL" /dev/rsrdma_null || return 1
+	_subsys_create "$NQN_FILE" "$TARGET_TMPFS/file.img" || return 1
+	_subsys_create "$NQN_NULL2" /dev/rsrdma_null2 || return 1
+	[ -d "$p" ] || mkdir "$p" || return 1
+	if [ -z "$(ls "$p/subsystems")" ]; then
+		_w rdma "$p/addr_trtype" && _w ipv4 "$p/addr_adrfam" && _w "$TARGET_ADDR" "$p/addr_traddr" &&
+			_w "$TARGET_PORT" "$p/addr_trsvcid" || return 1
+	fi
+	for nqn in "$NQN_NULL" "$NQN_FILE" "$NQN_NULL2"; do
+		[ -e "$p/subsystems/$nqn" ] && continue
+		# Linking the first subsystem enables the port: nvmet-rdma binds the address now.
+		ln -s "$NVMET_CFS/subsystems/$nqn" "$p/subsystems/$nqn" ||
+			{ ktap_diag "cannot export $nqn on port 1 (is $RXE_NAME up?)"; return 1; }
+	done
+}
+
+target_teardown() {
+	local rc=0 p s ns d
+	host_disconnect_all || rc=1
+	if [ -d "$NVMET_CFS" ]; then
+		for p in "$NVMET_CFS"/ports/*/; do
+			[ -d "$p" ] || continue
+			rm -f "$p"subsystems/* "$p"referrals/* 2>/dev/null
+			for d in "$p"ana_groups/*/; do
+				[ "$(basename "$d")" = 1 ] || rmdir "$d" 2>/dev/null
+			done
+			rmdir "$p" || rc=1
+		done
+		for s in "$NVMET_CFS"/subsystems/*/; do
+			[ -d "$s" ] || continue
+			rm -f "$s"allowed_hosts/* 2>/dev/null
+			for ns in "$s"namespaces/*/; do
+				[ -d "$ns" ] || continue
+				echo 0 >"${ns}enable" 2>/dev/null
+				rmdir "$ns" || rc=1
+			done
+			rmdir "$s" || rc=1
+		done
+		for d in "$NVMET_CFS"/hosts/*/; do
+			[ -d "$d" ] && { rmdir "$d" || rc=1; }
+		done
+	fi
+	if [ -d "$NULLB_CFS" ]; then
+		for d in "$NULLB_CFS"/*/; do
+			[ -d "$d" ] && { rmdir "$d" || rc=1; }
+		done
+	fi
+	if mountpoint -q "$TARGET_TMPFS" 2>/dev/null; then
+		umount "$TARGET_TMPFS" || rc=1
+	fi
+	[ ! -d "$TARGET_TMPFS" ] || rmdir "$TARGET_TMPFS" || rc=1
+	for m in nvmet_rdma nvme_loop nvmet null_blk; do
+		module_unload "$m" || rc=1
+	done
+	return $rc
+}
+
+# ---- host --------------------------------------------------------------------------------------
+
+rsrdma_load() {
+	modprobe -a nvme-fabrics rdma_cm || { ktap_diag "modprobe nvme-fabrics rdma_cm failed"; return 1; }
+	[ -f "$RSRDMA_KO" ] || { ktap_diag "$RSRDMA_KO missing: run make modules"; return 1; }
+	insmod "$RSRDMA_KO" "$@" 2>&1 | ktap_diag
+	_module_loaded nvme_rsrdma
+}
+
+rsrdma_unload() {
+	_module_loaded nvme_rsrdma || return 0
+	rmmod nvme_rsrdma 2>&1 | ktap_diag
+	! _module_loaded nvme_rsrdma
+}
+
+# Delete every fabrics controller (any transport) and wait until they are gone.
+host_disconnect_all() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ -e "$c/delete_controller" ] || continue
+		[ -e "$c/transport" ] && [ "$(cat "$c/transport")" = pcie ] && continue
+		echo 1 >"$c/delete_controller" 2>/dev/null || true
+	done
+	wait_for 60 _no_fabrics_ctrl || { ktap_diag "controllers still present: $(ls /sys/class/nvme)"; return 1; }
+}
+
+_no_fabrics_ctrl() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ -e "$c/transport" ] && [ "$(cat "$c/transport")" != pcie ] && return 1
+	done
+	return 0
+}
+
+# nvme_dev_for_nqn NQN: print /dev/nvmeXnY, the block device of the first namespace of the
+# subsystem NQN as seen through a connected controller (the multipath head node when native
+# multipath is on, else the controller's own namespace node). 1 if there is none yet.
+nvme_dev_for_nqn() {
+	local nqn=$1 c s n name
+	for c in /sys/class/nvme/nvme*; do
+		[ -r "$c/subsysnqn" ] && [ "$(cat "$c/subsysnqn")" = "$nqn" ] || continue
+		# Multipath: the namespace head lives under the subsystem (nvme-subsysN/nvmeNnM).
+		for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+			[ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$nqn" ] || continue
+			for n in "$s"/nvme*n*; do
+				name=${n##*/}
+				[[ $name =~ ^nvme[0-9]+n[0-9]+$ ]] && [ -b "/dev/$name" ] &&
+					{ echo "/dev/$name"; return 0; }
+			done
+		done
+		for n in "$c"/nvme*n*; do
+			name=${n##*/}
+			[[ $name =~ ^nvme[0-9]+n[0-9]+$ ]] && [ -b "/dev/$name" ] &&
+				{ echo "/dev/$name"; return 0; }
+		done
+	done
+	return 1
+}
+
+# fabrics_probe OPTIONS: write a connect string to /dev/nvme-fabrics the way nvme-cli does, with
+# the kernel's module autoloading disabled (so "transport=rdma" cannot pull in the C nvme-rdma).
+# Prints one line: "ok instance=N,cntlid=M" if a controller was created (it is deleted again
+# at once), else "error <strerror text>"; then "no-handler" if the fabrics core logged
+# "no handler found for transport" meanwhile, else "handler". Always returns 0.
+fabrics_probe() {
+	local opts=$1 err line mark modprobe_path
+	[ -c /dev/nvme-fabrics ] || modprobe nvme-fabrics
+	modprobe_path=$(cat /proc/sys/kernel/modprobe)
+	echo /bin/true >/proc/sys/kernel/modprobe
+	mark="rsrdma-probe-$$-$RANDOM"
+	echo "$mark" >/dev/kmsg
+	if err=$(
+		exec 2>&1
+		exec 3<>/dev/nvme-fabrics || exit 2
+		printf '%s' "$opts" >&3 || exit 1
+		read -r -u 3 line && echo "$line"
+	); then
+		echo "ok $err"
+		line=${err#instance=}
+		line=${line%%,*}
+		[ -e "/sys/class/nvme/nvme$line/delete_controller" ] &&
+			echo 1 >"/sys/class/nvme/nvme$line/delete_controller"
+	else
+		err=${err##*: }
+		echo "error ${err:-unknown}"
+	fi
+	echo "$modprobe_path" >/proc/sys/kernel/modprobe
+	if dmesg | sed -n "/$mark/,\$p" | grep -q 'no handler found for transport'; then
+		echo no-handler
+	else
+		echo handler
+	fi
+}
+
+# ---- kernel log --------------------------------------------------------------------------------
+# dmesg_mark writes a unique marker into the kernel log; dmesg_since_mark prints what came after
+# it (all of dmesg if the marker was lost). dmesg_check_clean fails, printing the offending part
+# of the log as diagnostics, if anything after the mark looks like a kernel problem. On kernels
+# with kmemleak, the mark clears earlier reports and the check runs a scan first.
+
+DMESG_BAD='WARNING:|BUG:|Oops|KASAN|UBSAN|possible recursive locking|circular locking|INFO: task .* blocked|rcu: INFO|kmemleak|Call Trace'
+_dmesg_mark=
+
+_kmemleak() {
+	[ -e /sys/kernel/debug/kmemleak ] ||
+		{ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug 2>/dev/null; }
+	[ -w /sys/kernel/debug/kmemleak ] && echo "$1" >/sys/kernel/debug/kmemleak 2>/dev/null
+}
+
+dmesg_mark() {
+	_dmesg_mark="rsrdma-mark-$$-$RANDOM-$SECONDS"
+	_kmemleak clear || true
+	echo "$_dmesg_mark" >/dev/kmsg
+}
+
+dmesg_since_mark() {
+	if [ -n "$_dmesg_mark" ] && dmesg | grep -q -- "$_dmesg_mark"; then
+		dmesg | sed -n "/$_dmesg_mark/,\$p" | tail -n +2
+	else
+		dmesg
+	fi
+}
+
+dmesg_check_clean() {
+	local log
+	if _kmemleak scan; then
+		sleep 1
+		_kmemleak scan || true
+	fi
+	log=$(dmesg_since_mark)
+	if grep -qE "$DMESG_BAD" <<<"$log"; then
+		ktap_diag "kernel log since the mark has problems:"
+		# From 5 lines before the first problem, at most 150 lines.
+		awk -v re="$DMESG_BAD" '{ l[NR] = $0 } $0 ~ re && !f { f = NR }
+			END { if (f) for (i = (f > 5 ? f - 5 : 1); i <= NR && i < f + 145; i++) print l[i] }' \
+			<<<"$log" | ktap_diag
+		if [ -r /sys/kernel/debug/kmemleak ] && [ -s /sys/kernel/debug/kmemleak ]; then
+			head -n 60 /sys/kernel/debug/kmemleak | ktap_diag
+		fi
+		return 1
+	fi
+}
+
+# ---- state ---------------------------------------------------------------------------------------
+
+# leftovers: print, one per line, what a test must not leave behind (modules of the test stack,
+# fabrics controllers, RDMA links, target configuration); nothing when the guest is clean.
+leftovers() {
+	local m c
+	for m in nvme_rsrdma nvme_rdma nvmet_rdma nvme_loop nvmet null_blk rdma_rxe; do
+		_module_loaded "$m" && echo "module $m"
+	done
+	for c in /sys/class/nvme/nvme*; do
+		[ -e "$c/transport" ] && [ "$(cat "$c/transport")" != pcie ] &&
+			echo "controller ${c##*/} ($(cat "$c/transport") $(cat "$c/subsysnqn" 2>/dev/null))"
+	done
+	rdma link show 2>/dev/null | awk '{ print "rdma link " $2 }'
+	[ -d "$NULLB_CFS" ] && ls "$NULLB_CFS" | grep -v '^features$' | sed 's/^/null_blk /'
+	mountpoint -q "$TARGET_TMPFS" 2>/dev/null && echo "mount $TARGET_TMPFS"
+	return 0
+}
+
+# ---- I/O ---------------------------------------------------------------------------------------
+
+# fio_verify DEV SECONDS [FIO ARGS...]: mixed random read/write with crc32c verification, direct
+# I/O on io_uring (libaio if fio lacks it), on the first 32 MiB of DEV (at most the device), 4 KiB
+# blocks, queue depth 16. Extra arguments come last, so they override these. Non-zero on any I/O
+# or verify error; prints a short summary (the full output too on failure) as diagnostics.
+fio_verify() {
+	local dev=$1 secs=$2 engine=io_uring size out rc=0
+	shift 2
+	fio --enghelp=io_uring >/dev/null 2>&1 || engine=libaio
+	size=$(blockdev --getsize64 "$dev" 2>/dev/null) || { ktap_diag "$dev: not a block device"; return 1; }
+	((size > 32 << 20)) && size=$((32 << 20))
+	out=$(cd /tmp && fio --name=verify --filename="$dev" --direct=1 --ioengine="$engine" \
+		--rw=randrw --bs=4k --iodepth=16 --size="$size" --time_based --runtime="$secs" \
+		--verify=crc32c --verify_backlog=256 --verify_fatal=1 --verify_state_save=0 \
+		--do_verify=1 --group_reporting "$@" 2>&1) || rc=$?
+	if ((rc == 0)) && grep -qE 'err= *[1-9]|verify: bad|fio: (pid|io_u) .*error' <<<"$out"; then
+		rc=1
+	fi
+	if ((rc)); then
+		ktap_diag "fio on $dev failed (status $rc); $(grep -c '^verify: bad' <<<"$out") bad verify reads:"
+		# Its own error and verify messages (the first ones), then the summary.
+		grep -E '^(fio|verify):|error' <<<"$out" | head -n 15 | ktap_diag
+		grep -E 'err=|^ *(READ|WRITE):|issued rwts' <<<"$out" | sed 's/^ *//' | ktap_diag
+		grep -qE 'err=|^ *(READ|WRITE):' <<<"$out" || tail -n 20 <<<"$out" | ktap_diag
+	else
+		grep -E 'err=|^ *(READ|WRITE):|issued rwts' <<<"$out" | sed 's/^ *//' | ktap_diag
+	fi
+	return $rc
+}
