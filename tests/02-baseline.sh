@@ -1,0 +1,117 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# rsrdma-timeout: 300
+#
+# Baseline with the in-kernel C nvme-rdma: soft-RoCE and the nvmet-rdma target come up, the C
+# host connects to the null_blk subsystem, sees its 256 MiB namespace, runs a verified fio
+# workload and disconnects. If this fails, the fabric is broken, not nvme_rsrdma.
+set -u
+. "$(dirname "$0")/lib/common.sh"
+
+FIO_SECONDS=${FIO_SECONDS:-10}
+
+cleanup() {
+	host_disconnect_all >/dev/null 2>&1
+	target_teardown >/dev/null 2>&1
+	module_unload nvme_rdma >/dev/null 2>&1
+	rxe_teardown >/dev/null 2>&1
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+ktap_header
+ktap_plan 10
+
+rsrdma_unload
+module_unload nvme_rdma
+dmesg_mark
+
+# Each step needs the previous ones: once one fails, the rest that need it are skipped.
+up=1 dev=
+need() { # need NAME: 0 if the prerequisites hold, else report NAME skipped
+	((up)) && return 0
+	ktap_skip "$1" "an earlier step failed"
+	return 1
+}
+failed() { ktap_fail "$@"; up=0; }
+
+if rxe_setup && target_setup; then
+	ktap_diag "$(rdma link show "$RXE_NAME/1")"
+	ktap_ok "target_up"
+else
+	failed "target_up" "rxe or nvmet-rdma setup failed"
+fi
+
+if need "load_nvme_rdma"; then
+	if modprobe nvme-rdma; then ktap_ok "load_nvme_rdma"; else failed "load_nvme_rdma"; fi
+fi
+
+if need "connect"; then
+	if run_diag nvme connect -t rdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL"; then
+		ktap_ok "connect"
+	else
+		failed "connect"
+	fi
+fi
+
+if need "namespace_appears"; then
+	if wait_for 30 nvme_dev_for_nqn "$NQN_NULL"; then
+		dev=$(nvme_dev_for_nqn "$NQN_NULL")
+		ktap_diag "namespace: $dev"
+		ktap_ok "namespace_appears"
+	else
+		failed "namespace_appears" "no namespace of $NQN_NULL within 30 s"
+	fi
+fi
+
+if need "nvme_list_size"; then
+	list=$(nvme list 2>&1)
+	ktap_diag "$list"
+	size=$(blockdev --getsize64 "$dev")
+	if grep -q "^$dev " <<<"$list" && [ "$size" = "$NULL_SIZE" ]; then
+		ktap_ok "nvme_list_size"
+	else
+		ktap_fail "nvme_list_size" "$dev: $size bytes (expected $NULL_SIZE), in nvme list: $(grep -c "^$dev " <<<"$list")"
+	fi
+fi
+
+if need "fio_verify_${FIO_SECONDS}s"; then
+	if fio_verify "$dev" "$FIO_SECONDS"; then
+		ktap_ok "fio_verify_${FIO_SECONDS}s"
+	else
+		ktap_fail "fio_verify_${FIO_SECONDS}s"
+	fi
+fi
+
+_ctrl_gone() { ! grep -qx "$NQN_NULL" /sys/class/nvme/nvme*/subsysnqn 2>/dev/null; }
+if need "disconnect"; then
+	if run_diag nvme disconnect -n "$NQN_NULL" && wait_for 30 _ctrl_gone; then
+		ktap_ok "disconnect"
+	else
+		ktap_fail "disconnect"
+	fi
+fi
+
+# These run whatever happened before: they are the cleanup, checked.
+if host_disconnect_all && module_unload nvme_rdma; then
+	ktap_ok "unload_nvme_rdma"
+else
+	ktap_fail "unload_nvme_rdma"
+fi
+
+target_teardown
+rxe_teardown
+left=$(leftovers)
+if [ -z "$left" ]; then
+	ktap_ok "teardown_leaves_nothing"
+else
+	ktap_fail "teardown_leaves_nothing" "left behind: $(echo $left)"
+fi
+
+if dmesg_check_clean; then
+	ktap_ok "dmesg_clean"
+else
+	ktap_fail "dmesg_clean"
+fi
+
+ktap_finish
