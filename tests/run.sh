@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# `make test`: everything, from the host. Phases, each timed:
+#   deps      scripts/deps.sh
+#   kernel    the cached guest kernel (scripts/kernel.sh $KERNEL), or check KDIR=
+#   module    make modules
+#   host      host unit tests: cargo test --manifest-path tests/host/Cargo.toml
+#   guest     boot the guest (scripts/vm.sh) and run tests/guest-suite.sh in it
+#
+# Counting: every host unit test is one KTAP test case (a "host" document; a missing
+# tests/host/Cargo.toml or a build failure is one failed case); in the guest every KTAP test
+# case of every test script counts (see tests/guest-suite.sh). A failed deps, kernel or module
+# phase is one failed case, and the guest tests it prevents count as failed. A guest that dies
+# or times out counts the tests it did not finish as failed (the cases the unfinished test had
+# not reported, at least one; one for each test never started). The last line is exactly
+# "N passed, N failed", with ", N skipped" appended when any were skipped. Exit status is 0
+# only when nothing failed.
+#
+# Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex> (guest tests to run,
+# see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_WERROR. Logs: out/test-<time>/.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../scripts/lib.sh"
+. "$here/lib/suite.sh"
+
+run_start=$(date +%s)
+out=$repo/out/test-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+cd "$repo" || exit 1
+
+passed=0 failed=0 skipped=0
+timings=()
+summary_lines=()
+
+# phase NAME CMD...: run a timed phase; its status.
+phase() {
+	local name=$1 start rc=0
+	shift
+	start=$(date +%s)
+	log "phase $name: $*"
+	"$@" || rc=$?
+	timings+=("$(printf '%-7s %5d s%s' "$name" $(($(date +%s) - start)) "$( ((rc)) && echo "  (failed, status $rc)")")")
+	return $rc
+}
+
+mapfile -t guest_tests < <(suite_select)
+guest_timeout=180
+for t in "${guest_tests[@]}"; do
+	guest_timeout=$((guest_timeout + $(suite_timeout "$t")))
+done
+
+# --- deps, kernel, module ---
+build_ok=1
+if ! phase deps scripts/deps.sh; then
+	failed=$((failed + 1))
+	summary_lines+=("not ok deps: scripts/deps.sh failed")
+fi
+kernel_phase() {
+	if [ -n "${KDIR:-}" ]; then
+		scripts/check-kdir.sh "$KDIR" >/dev/null
+	else
+		scripts/kernel.sh "${KERNEL:-default}" >/dev/null
+	fi
+}
+if ! phase kernel kernel_phase; then
+	failed=$((failed + 1)) build_ok=0
+	summary_lines+=("not ok kernel: no usable guest kernel")
+elif ! phase module make --no-print-directory modules; then
+	failed=$((failed + 1)) build_ok=0
+	summary_lines+=("not ok module: make modules failed")
+fi
+
+# --- host unit tests ---
+host_tests() {
+	local manifest=tests/host/Cargo.toml cargo_out rc=0 p=0 f=0 s=0 n=0 line name result
+	{
+		echo "KTAP version 1"
+		echo "# Subtest: host"
+		if [ ! -f "$manifest" ]; then
+			echo "1..1"
+			echo "# $manifest is missing"
+			echo "not ok 1 host_unit_tests"
+			f=1
+		else
+			cargo_out=$(cargo test --color never --no-fail-fast --manifest-path "$manifest" 2>&1) || rc=$?
+			printf '%s\n' "$cargo_out" >"$out/host.log"
+			mapfile -t lines < <(grep -E '^test .* \.\.\. (ok|FAILED|ignored)' <<<"$cargo_out")
+			echo "1..$(( ${#lines[@]} > 0 ? ${#lines[@]} : 1 ))"
+			for line in "${lines[@]}"; do
+				n=$((n + 1))
+				name=${line#test }
+				result=${name##* ... }
+				name=${name% ... *}
+				name=${name//#/_}
+				case "$result" in
+				ok) echo "ok $n $name"; p=$((p + 1)) ;;
+				ignored*) echo "ok $n $name # SKIP ignored"; s=$((s + 1)) ;;
+				*) echo "not ok $n $name"; f=$((f + 1)) ;;
+				esac
+			done
+			if ((rc != 0 && f == 0)); then
+				# Did not build, or failed outside any test: one failed case with the reason.
+				grep -E '^(error|warning: unused)|^---- |panicked' <<<"$cargo_out" | head -n 40 | sed 's/^/# /'
+				n=$((n + 1)) f=$((f + 1))
+				echo "not ok $n cargo_test # status $rc"
+			elif ((f)); then
+				sed -n '/^failures:$/,/^test result/p' <<<"$cargo_out" | head -n 80 | sed 's/^/# /'
+			fi
+			((n > 0)) || { echo "not ok 1 host_unit_tests # no tests found"; f=1; }
+		fi
+		echo "# host: pass:$p fail:$f skip:$s"
+	} | tee "$out/host.ktap"
+	read -r p f s < <(sed -n 's/^# host: pass:\([0-9]*\) fail:\([0-9]*\) skip:\([0-9]*\)$/\1 \2 \3/p' "$out/host.ktap")
+	p=${p:-0} f=${f:-1} s=${s:-0}
+	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+	summary_lines+=("$( ((f)) && echo "not ok" || echo "ok") host unit tests: $p passed, $f failed, $s skipped")
+	((f == 0))
+}
+phase host host_tests
+
+# --- guest ---
+guest_rc=
+if ((${#guest_tests[@]} == 0)); then
+	log "no guest test matches RSRDMA_TESTS='${RSRDMA_TESTS:-}'"
+elif ((build_ok)); then
+	guest_rc=0
+	phase guest scripts/vm.sh -t "$guest_timeout" -o "$out" -- \
+		env RSRDMA_TESTS="${RSRDMA_TESTS:-}" RSRDMA_TEST_TIMEOUT="${RSRDMA_TEST_TIMEOUT:-}" \
+		tests/guest-suite.sh || guest_rc=$?
+fi
+
+# Account for the guest tests from its summary; what it does not cover failed.
+sval() { local v; v=$(sed -n "s/^$1=//p" "$out/summary" 2>/dev/null | head -n1); echo "${v:-0}"; }
+declare -A finished=()
+if [ -f "$out/summary" ]; then
+	passed=$((passed + $(sval passed))) failed=$((failed + $(sval failed)))
+	skipped=$((skipped + $(sval skipped)))
+	while read -r _ name status p f s secs rc; do
+		finished[$name]=1
+		summary_lines+=("$([ "$status" = fail ] && echo "not ok" || echo "ok") $name: $p passed, $f failed, $s skipped, ${secs} s$([ "$status" = skip ] && echo " # SKIP")")
+	done < <(grep '^test ' "$out/summary")
+fi
+if [ -n "$guest_rc" ] && [ "$(sval complete)" = 1 ] && ! [[ $guest_rc =~ ^(0|1|4)$ ]]; then
+	failed=$((failed + 1))
+	summary_lines+=("not ok guest: the suite completed but the guest returned status $guest_rc")
+fi
+first_unfinished=1
+for name in "${guest_tests[@]}"; do
+	[ -n "${finished[$name]:-}" ] && continue
+	reason="not run"
+	[ -n "$guest_rc" ] && reason=$([ "$guest_rc" = 124 ] && echo "guest timed out" || echo "guest died (status $guest_rc)")
+	p=0 f=1 s=0
+	if ((first_unfinished)) && [ -s "$out/tests/$name.log" ]; then
+		# The test that was running: keep what it reported, the rest failed.
+		read -r p f s plan < <(awk -f tests/lib/ktap-count.awk "$out/tests/$name.log")
+		missing=$((plan - p - f - s))
+		f=$((f + (missing > 0 ? missing : 1)))
+		reason="$reason while it ran"
+	fi
+	first_unfinished=0
+	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+	summary_lines+=("not ok $name: $p passed, $f failed, $s skipped ($reason)")
+done
+
+echo
+echo "==== nvme-rsrdma test results (logs: ${out#"$repo"/}) ===="
+printf '%s\n' "${summary_lines[@]}"
+echo "---- phases ----"
+printf '%s\n' "${timings[@]}"
+printf '%-7s %5d s\n' total $(($(date +%s) - run_start))
+line="$passed passed, $failed failed"
+((skipped)) && line+=", $skipped skipped"
+echo "$line"
+((failed == 0))
