@@ -11,6 +11,9 @@
 
 #![allow(
     clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc,
+    clippy::incompatible_msrv,
     dead_code,
     improper_ctypes,
     missing_docs,

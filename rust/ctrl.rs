@@ -971,6 +971,11 @@ fn kernel_num_online_cpus() -> u32 {
 
 // --- Work items ---------------------------------------------------------------------------
 
+/// Work function of `err_work`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `err_work` of a live controller (work items are flushed before the
     // controller is freed, see `stop_ctrl`).
@@ -982,6 +987,11 @@ unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
     ctrl.recover();
 }
 
+/// Work function of `reconnect_work`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn reconnect_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `work` member (offset 0) of the `reconnect_work` of a live
     // controller.
@@ -993,6 +1003,11 @@ unsafe extern "C" fn reconnect_work(work: *mut bindings::work_struct) {
     ctrl.reconnect();
 }
 
+/// Work function of the core's `reset_work` of our controllers.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn reset_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the core's `reset_work` of the `nvme_ctrl` embedded in a live
     // controller.
@@ -1028,6 +1043,11 @@ unsafe extern "C" fn reset_work(work: *mut bindings::work_struct) {
 
 // --- nvme_ctrl_ops ----------------------------------------------------------------------------
 
+/// `nvme_ctrl_ops::free_ctrl`: the last reference to the controller is gone.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn free_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: the core frees one of our controllers; nothing uses it afterwards.
     let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };
@@ -1041,6 +1061,11 @@ unsafe extern "C" fn free_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     drop(unsafe { KBox::from_raw(ctrl as *const RdmaCtrl as *mut RdmaCtrl) });
 }
 
+/// `nvme_ctrl_ops::submit_async_event`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn submit_async_event(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: a live controller of ours.
     unsafe { RdmaCtrl::from_nvme(nctrl) }
@@ -1048,11 +1073,21 @@ unsafe extern "C" fn submit_async_event(nctrl: *mut bindings::nvme_ctrl) {
         .submit_async_event();
 }
 
+/// `nvme_ctrl_ops::delete_ctrl`: tear down for deletion.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: a live controller of ours, being deleted by the core.
     unsafe { RdmaCtrl::from_nvme(nctrl) }.shutdown(true);
 }
 
+/// `nvme_ctrl_ops::stop_ctrl`: no transport work may run afterwards.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: a live controller of ours.
     let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };

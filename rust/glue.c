@@ -33,38 +33,55 @@ MODULE_PARM_DESC(io_pool_mib,
 
 /* Logging ------------------------------------------------------------------------------- */
 
-void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const void *args)
+void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const char *msg)
 {
 	switch (level) {
 	case RSRDMA_LOG_ERR:
 		if (ctrl)
-			dev_err(ctrl->device, "%pA\n", args);
+			dev_err(ctrl->device, "%s\n", msg);
 		else
-			pr_err("%pA\n", args);
+			pr_err("%s\n", msg);
 		break;
 	case RSRDMA_LOG_WARN:
 		if (ctrl)
-			dev_warn(ctrl->device, "%pA\n", args);
+			dev_warn(ctrl->device, "%s\n", msg);
 		else
-			pr_warn("%pA\n", args);
+			pr_warn("%s\n", msg);
 		break;
 	default:
 		if (ctrl)
-			dev_info(ctrl->device, "%pA\n", args);
+			dev_info(ctrl->device, "%s\n", msg);
 		else
-			pr_info("%pA\n", args);
+			pr_info("%s\n", msg);
 		break;
 	}
 }
 
+/*
+ * One dynamic debug call site per class. Called with a NULL @msg, it only says whether the
+ * call site is enabled, so that the Rust side formats a line only when it will be printed.
+ */
+#if defined(CONFIG_DYNAMIC_DEBUG)
 #define RSRDMA_DBG_CLASS(class)							\
-void rsrdma_dbg_##class(const struct nvme_ctrl *ctrl, const void *args)	\
+bool rsrdma_dbg_##class(const struct nvme_ctrl *ctrl, const char *msg)		\
 {										\
-	if (ctrl)								\
-		dev_dbg(ctrl->device, #class ": %pA\n", args);			\
-	else									\
-		pr_debug(#class ": %pA\n", args);					\
+	DEFINE_DYNAMIC_DEBUG_METADATA(descriptor, #class ": %s\n");		\
+										\
+	if (!DYNAMIC_DEBUG_BRANCH(descriptor))					\
+		return false;							\
+	if (msg && ctrl)							\
+		__dynamic_dev_dbg(&descriptor, ctrl->device, #class ": %s\n", msg); \
+	else if (msg)								\
+		__dynamic_pr_debug(&descriptor, pr_fmt(#class ": %s\n"), msg); \
+	return true;								\
 }
+#else
+#define RSRDMA_DBG_CLASS(class)							\
+bool rsrdma_dbg_##class(const struct nvme_ctrl *ctrl, const char *msg)		\
+{										\
+	return false;								\
+}
+#endif
 
 RSRDMA_DBG_CLASS(cm)
 RSRDMA_DBG_CLASS(queue)
@@ -103,8 +120,7 @@ unsigned short rsrdma_rq_nr_phys_segments(struct request *rq)
  * Call @fn for each data segment of @rq, mapped into the kernel address space for the call.
  * Stops at the first non-zero return and returns it.
  */
-int rsrdma_rq_for_each_segment(struct request *rq,
-			       int (*fn)(void *ctx, void *va, unsigned int len), void *ctx)
+int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx)
 {
 	struct req_iterator iter;
 	struct bio_vec bv;
@@ -179,7 +195,7 @@ const char *rsrdma_nvmf_ctrl_subsysnqn(struct nvme_ctrl *ctrl)
 /* A reference to @ctrl unless it is already being freed. */
 bool rsrdma_nvme_tryget_ctrl(struct nvme_ctrl *ctrl)
 {
-	return kobject_get_unless_zero(&ctrl->device->kobj) != NULL;
+	return !!kobject_get_unless_zero(&ctrl->device->kobj);
 }
 
 void rsrdma_nvme_auth_stop(struct nvme_ctrl *ctrl)

@@ -4,7 +4,7 @@
  *
  * - module parameters (6.12's Rust module! has none);
  * - dynamic debug and device-prefixed log call sites (6.12's pr_debug! is compiled out); the
- *   Rust side passes a `core::fmt::Arguments` printed with %pA;
+ *   Rust side formats the line and passes it as a string;
  * - wrappers for static inline functions and function-like macros of the NVMe, blk-mq and
  *   RDMA headers.
  *
@@ -32,14 +32,18 @@ enum rsrdma_log_level {
 	RSRDMA_LOG_WARN,
 	RSRDMA_LOG_INFO,
 };
-void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const void *args);
 
-/* Dynamic debug classes, one call site each: enable with e.g. "func rsrdma_dbg_cm +p". */
-void rsrdma_dbg_cm(const struct nvme_ctrl *ctrl, const void *args);
-void rsrdma_dbg_queue(const struct nvme_ctrl *ctrl, const void *args);
-void rsrdma_dbg_pool(const struct nvme_ctrl *ctrl, const void *args);
-void rsrdma_dbg_io(const struct nvme_ctrl *ctrl, const void *args);
-void rsrdma_dbg_recovery(const struct nvme_ctrl *ctrl, const void *args);
+void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const char *msg);
+
+/*
+ * Dynamic debug classes, one call site each: enable with e.g. "func rsrdma_dbg_cm +p".
+ * A NULL msg asks whether the class is enabled.
+ */
+bool rsrdma_dbg_cm(const struct nvme_ctrl *ctrl, const char *msg);
+bool rsrdma_dbg_queue(const struct nvme_ctrl *ctrl, const char *msg);
+bool rsrdma_dbg_pool(const struct nvme_ctrl *ctrl, const char *msg);
+bool rsrdma_dbg_io(const struct nvme_ctrl *ctrl, const char *msg);
+bool rsrdma_dbg_recovery(const struct nvme_ctrl *ctrl, const char *msg);
 
 /* blk-mq and NVMe core inlines. */
 void *rsrdma_rq_pdu(struct request *rq);
@@ -47,8 +51,8 @@ struct request *rsrdma_rq_from_pdu(void *pdu);
 unsigned int rsrdma_rq_payload_bytes(struct request *rq);
 bool rsrdma_rq_is_write(struct request *rq);
 unsigned short rsrdma_rq_nr_phys_segments(struct request *rq);
-int rsrdma_rq_for_each_segment(struct request *rq,
-			       int (*fn)(void *ctx, void *va, unsigned int len), void *ctx);
+typedef int (*rsrdma_segment_fn)(void *ctx, void *va, unsigned int len);
+int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx);
 u16 rsrdma_nvme_cid(struct request *rq);
 struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id);
 bool rsrdma_nvme_try_complete_req(struct request *rq, __le16 status, __le64 result);
@@ -118,6 +122,7 @@ enum rsrdma_work_class {
 	RSRDMA_WORK_RECONNECT,
 	RSRDMA_WORK_NR_CLASSES,
 };
+
 void rsrdma_init_work(struct work_struct *work, work_func_t fn, enum rsrdma_work_class class);
 void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn,
 			      enum rsrdma_work_class class);

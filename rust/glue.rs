@@ -29,6 +29,43 @@ pub(crate) enum DebugClass {
     Recovery,
 }
 
+/// A line of log text formatted on the stack (log calls happen in atomic context too), cut
+/// at [`LineBuf::CAP`] bytes.
+struct LineBuf {
+    buf: [u8; LineBuf::CAP + 1],
+    len: usize,
+}
+
+impl LineBuf {
+    const CAP: usize = 255;
+
+    fn format(args: fmt::Arguments<'_>) -> Self {
+        let mut line = Self { buf: [0; Self::CAP + 1], len: 0 };
+        // Formatting into a buffer that truncates cannot fail.
+        let _ = fmt::write(&mut line, args);
+        line.buf[line.len] = 0;
+        line
+    }
+
+    fn as_char_ptr(&self) -> *const u8 {
+        self.buf.as_ptr()
+    }
+}
+
+impl fmt::Write for LineBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        // Interior NULs would cut the line short; replace them.
+        for &b in s.as_bytes() {
+            if self.len == Self::CAP {
+                break;
+            }
+            self.buf[self.len] = if b == 0 { b'?' } else { b };
+            self.len += 1;
+        }
+        Ok(())
+    }
+}
+
 /// Prints a log line, prefixed with the controller's device name when there is one.
 pub(crate) fn log(ctrl: *const bindings::nvme_ctrl, level: Level, args: fmt::Arguments<'_>) {
     let level = match level {
@@ -36,24 +73,27 @@ pub(crate) fn log(ctrl: *const bindings::nvme_ctrl, level: Level, args: fmt::Arg
         Level::Warn => bindings::rsrdma_log_level_RSRDMA_LOG_WARN,
         Level::Info => bindings::rsrdma_log_level_RSRDMA_LOG_INFO,
     };
-    // SAFETY: `args` outlives the call and is printed by the glue with `%pA`, which expects a
-    // pointer to `fmt::Arguments`. `ctrl` is null or a controller the caller keeps alive.
-    unsafe { bindings::rsrdma_log(ctrl, level, (&args as *const fmt::Arguments<'_>).cast()) };
+    let line = LineBuf::format(args);
+    // SAFETY: `line` is NUL terminated and outlives the call; `ctrl` is null or a controller
+    // the caller keeps alive.
+    unsafe { bindings::rsrdma_log(ctrl, level, line.as_char_ptr()) };
 }
 
-/// Emits a debug line through the dynamic debug call site of `class`. Formatting only happens
-/// when that call site is enabled.
+/// Emits a debug line through the dynamic debug call site of `class`. The line is formatted
+/// only when that call site is enabled.
 pub(crate) fn debug(ctrl: *const bindings::nvme_ctrl, class: DebugClass, args: fmt::Arguments<'_>) {
-    let args = (&args as *const fmt::Arguments<'_>).cast();
-    // SAFETY: as in `log`.
-    unsafe {
-        match class {
-            DebugClass::Cm => bindings::rsrdma_dbg_cm(ctrl, args),
-            DebugClass::Queue => bindings::rsrdma_dbg_queue(ctrl, args),
-            DebugClass::Pool => bindings::rsrdma_dbg_pool(ctrl, args),
-            DebugClass::Io => bindings::rsrdma_dbg_io(ctrl, args),
-            DebugClass::Recovery => bindings::rsrdma_dbg_recovery(ctrl, args),
-        }
+    let site = match class {
+        DebugClass::Cm => bindings::rsrdma_dbg_cm,
+        DebugClass::Queue => bindings::rsrdma_dbg_queue,
+        DebugClass::Pool => bindings::rsrdma_dbg_pool,
+        DebugClass::Io => bindings::rsrdma_dbg_io,
+        DebugClass::Recovery => bindings::rsrdma_dbg_recovery,
+    };
+    // SAFETY: a null message only asks whether the call site is enabled.
+    if unsafe { site(ctrl, core::ptr::null()) } {
+        let line = LineBuf::format(args);
+        // SAFETY: as in `log`.
+        unsafe { site(ctrl, line.as_char_ptr()) };
     }
 }
 

@@ -188,6 +188,11 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     end_request(req);
 }
 
+/// Completion of a command send.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: the completion of a send posted by `queue_rq`, whose `wr_cqe` is the `send_cqe`
     // of a request of ours.
@@ -225,8 +230,13 @@ struct CopyCursor<'a> {
     to_pool: bool,
 }
 
+/// Per-segment callback of `rsrdma_rq_visit_segments`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn copy_segment(ctx: *mut c_void, va: *mut c_void, len: u32) -> i32 {
-    // SAFETY: `ctx` is the `CopyCursor` passed to `rsrdma_rq_for_each_segment`.
+    // SAFETY: `ctx` is the `CopyCursor` passed to `rsrdma_rq_visit_segments`.
     let cur = unsafe { &mut *(ctx as *mut CopyCursor<'_>) };
     let n = len.min(cur.left);
     // SAFETY: the glue maps `len` bytes at `va` for the call; the slice belongs to the request.
@@ -252,7 +262,7 @@ fn copy_data(pool: &Pool, rq: *mut bindings::request, slice: Slice, to_pool: boo
     };
     // SAFETY: `rq` is a started request of ours; `cur` outlives the call.
     unsafe {
-        bindings::rsrdma_rq_for_each_segment(
+        bindings::rsrdma_rq_visit_segments(
             rq,
             Some(copy_segment),
             &mut cur as *mut _ as *mut c_void,
@@ -372,6 +382,11 @@ fn unmap_data(
     ctrl.pool().free(qid, data);
 }
 
+/// `blk_mq_ops::queue_rq`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn queue_rq(
     hctx: *mut bindings::blk_mq_hw_ctx,
     bd: *const bindings::blk_mq_queue_data,
@@ -438,6 +453,10 @@ unsafe extern "C" fn queue_rq(
 }
 
 /// Completes a request: copies read data out of the pool, frees its slice, ends it.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
     // SAFETY: a request of our tag set that the core or blk-mq is completing.
     let req = unsafe { Request::from_rq(rq) };
@@ -454,6 +473,11 @@ unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
     unsafe { bindings::nvme_complete_rq(rq) };
 }
 
+/// `blk_mq_ops::timeout`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_timer_return {
     // SAFETY: a started request of ours.
     let req = unsafe { Request::from_rq(rq) };
@@ -488,6 +512,11 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     bindings::blk_eh_timer_return_BLK_EH_RESET_TIMER
 }
 
+/// `blk_mq_ops::poll` (poll queues).
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn poll(
     hctx: *mut bindings::blk_mq_hw_ctx,
     _iob: *mut bindings::io_comp_batch,
@@ -509,6 +538,11 @@ unsafe fn ctrl_of<'a>(data: *mut c_void) -> &'a RdmaCtrl {
     unsafe { RdmaCtrl::from_nvme(data as *mut bindings::nvme_ctrl) }
 }
 
+/// `blk_mq_ops::init_hctx` of the I/O tag set.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn init_hctx(
     hctx: *mut bindings::blk_mq_hw_ctx,
     data: *mut c_void,
@@ -525,6 +559,11 @@ unsafe extern "C" fn init_hctx(
     0
 }
 
+/// `blk_mq_ops::init_hctx` of the admin tag set.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn init_admin_hctx(
     hctx: *mut bindings::blk_mq_hw_ctx,
     data: *mut c_void,
@@ -535,6 +574,11 @@ unsafe extern "C" fn init_admin_hctx(
     0
 }
 
+/// `blk_mq_ops::init_request`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn init_request(
     set: *mut bindings::blk_mq_tag_set,
     rq: *mut bindings::request,
@@ -572,6 +616,11 @@ unsafe extern "C" fn init_request(
     0
 }
 
+/// `blk_mq_ops::map_queues`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn map_queues(set: *mut bindings::blk_mq_tag_set) {
     // SAFETY: the I/O tag set of our controller.
     let ctrl = unsafe { ctrl_of((*set).driver_data) };

@@ -431,7 +431,7 @@ impl Queue {
             ..Default::default()
         };
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
-        wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as i32;
+        wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         wr.wr.__bindgen_anon_1.wr_cqe = self.reg_cqe.get().cast();
         self.reg_done.reinit();
         // SAFETY: `reg_cqe` lives in the queue, which outlives the QP (and the drain at
@@ -536,7 +536,7 @@ impl Queue {
             sg_list: sge.as_mut_ptr(),
             num_sge: if inline.is_some() { 2 } else { 1 },
             opcode: bindings::ib_wr_opcode_IB_WR_SEND,
-            send_flags: bindings::ib_send_flags_IB_SEND_SIGNALED as i32,
+            send_flags: bindings::ib_send_flags_IB_SEND_SIGNALED,
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe;
@@ -726,6 +726,10 @@ unsafe extern "C" fn cm_handler(
 }
 
 /// Asynchronous QP events: fatal ones mean the connection is gone.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut c_void) {
     // SAFETY: the QP's context is its queue, alive while the QP exists.
     let (queue, ev) = unsafe { (&*(context as *const Queue), (*event).event) };
@@ -757,6 +761,11 @@ unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut c_vo
     }
 }
 
+/// Completion of a receive (a response capsule).
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: the RDMA core passes a valid completion whose `wr_cqe` is a `RecvCqe` of a live
     // queue (posted in `post_recv`).
@@ -811,6 +820,11 @@ unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
     let _ = queue.post_recv(conn, rc.index);
 }
 
+/// Completion of the asynchronous event request send.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn aen_send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: valid completion of the AEN send posted by `submit_async_event`; `qp_context` is
     // the queue.
@@ -820,6 +834,11 @@ unsafe extern "C" fn aen_send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings:
     }
 }
 
+/// Completion of the pool registration (REG_MR) work request.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn reg_wr_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
     // SAFETY: valid completion of the REG_MR posted by `register_pool`, whose `wr_cqe` is the
     // queue's `reg_cqe` and whose QP context is the queue.

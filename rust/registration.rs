@@ -81,6 +81,10 @@ impl PinnedDrop for TransportRegistration {
 }
 
 /// `create_ctrl` of the transport: called by the fabrics core for `nvme connect`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn create_ctrl(
     dev: *mut bindings::device,
     opts: *mut bindings::nvmf_ctrl_options,
@@ -260,6 +264,11 @@ impl PinnedDrop for ClientRegistration {
     }
 }
 
+/// `ib_client::add`: an RDMA device appeared.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
     let Some(dev) = Device::from_raw(dev) else {
         return 0;
@@ -278,6 +287,11 @@ unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
     0
 }
 
+/// `ib_client::remove`: an RDMA device is going away.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn device_remove(
     dev: *mut bindings::ib_device,
     _client_data: *mut kernel::ffi::c_void,

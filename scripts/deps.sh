@@ -12,7 +12,7 @@ debs=(
 	# kernel source and build
 	linux-source-6.12 flex bison bc libelf-dev libssl-dev cpio xz-utils kmod
 	# Rust for the kernel (/usr/bin/rustc with core sources) and bindgen's libclang
-	rustc-web rust-web-src libclang-dev clang lld llvm
+	rustc-web rust-web-src rust-web-clippy libclang-dev clang lld llvm
 	# guest
 	qemu-system-x86 busybox-static
 	# tools used inside the guest (the guest shares the host root filesystem)

@@ -143,7 +143,7 @@ fn check_queue(p: &QueueParams) -> Result<u64, LayoutError> {
     if p.depth == 0 || p.depth > MAX_DEPTH {
         return Err(LayoutError::Depth);
     }
-    if !p.large_size.is_multiple_of(BUDDY_GRANULE) || p.large_size > BUDDY_MAX_AREA {
+    if p.large_size % BUDDY_GRANULE != 0 || p.large_size > BUDDY_MAX_AREA {
         return Err(LayoutError::LargeSize);
     }
     if !p.slot_size.is_power_of_two()
@@ -443,7 +443,7 @@ impl Buddy {
     /// [`BUDDY_GRANULE`], is larger than [`BUDDY_MAX_AREA`], or the area end
     /// overflows. An empty area is valid and allocates nothing.
     pub fn new(area_offset: u64, area_size: u64) -> Option<Buddy> {
-        if !area_size.is_multiple_of(BUDDY_GRANULE) || area_size > BUDDY_MAX_AREA {
+        if area_size % BUDDY_GRANULE != 0 || area_size > BUDDY_MAX_AREA {
             return None;
         }
         area_offset.checked_add(area_size)?;
@@ -518,13 +518,13 @@ impl Buddy {
         let Some(rel) = slice.offset.checked_sub(self.area_offset) else {
             return false;
         };
-        if !rel.is_multiple_of(BUDDY_GRANULE) {
+        if rel % BUDDY_GRANULE != 0 {
             return false;
         }
         let Ok(leaf) = usize::try_from(rel / BUDDY_GRANULE) else {
             return false;
         };
-        if leaf >= self.nr_leaves || !leaf.is_multiple_of(1 << order) {
+        if leaf >= self.nr_leaves || leaf % (1 << order) != 0 {
             return false;
         }
         let mut index = leaf >> order;
