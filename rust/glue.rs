@@ -40,7 +40,10 @@ impl LineBuf {
     const CAP: usize = 255;
 
     fn format(args: fmt::Arguments<'_>) -> Self {
-        let mut line = Self { buf: [0; Self::CAP + 1], len: 0 };
+        let mut line = Self {
+            buf: [0; Self::CAP + 1],
+            len: 0,
+        };
         // Formatting into a buffer that truncates cannot fail.
         let _ = fmt::write(&mut line, args);
         line.buf[line.len] = 0;
