@@ -128,7 +128,9 @@ for name in "${tests[@]}"; do
 		[ -z "$left" ] || notes+=("still left after the reset: $(echo $left)")
 	fi
 
+	# Diagnostics about a test go before its result line, where KTAP parsers attribute them.
 	for n in "${notes[@]}"; do echo "# $n"; done
+	echo "# $name: pass:$p fail:$f skip:$s in ${secs} s"
 	if ((f)); then
 		status=fail
 		echo "not ok $i $name"
@@ -139,7 +141,6 @@ for name in "${tests[@]}"; do
 		status=ok
 		echo "ok $i $name"
 	fi
-	echo "# $name: pass:$p fail:$f skip:$s in ${secs} s"
 	P=$((P + p)) F=$((F + f)) S=$((S + s)) done=$((done + 1))
 	results+=("test $name $status $p $f $s $secs $rc")
 	write_summary 0

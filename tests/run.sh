@@ -77,7 +77,7 @@ host_tests() {
 	local manifest=tests/host/Cargo.toml cargo_out rc=0 p=0 f=0 s=0 n=0 line name result
 	{
 		echo "KTAP version 1"
-		echo "# Subtest: host"
+		echo "# host unit tests: cargo test --manifest-path $manifest"
 		if [ ! -f "$manifest" ]; then
 			echo "1..1"
 			echo "# $manifest is missing"
