@@ -276,11 +276,14 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
     let qid = queue.qid();
     // SAFETY: a started request of ours.
     let (tag, len, is_write) = unsafe {
-        (
-            (*rq).tag as u32,
-            bindings::rsrdma_rq_payload_bytes(rq),
-            bindings::rsrdma_rq_is_write(rq),
-        )
+        // Commands without data pages (flush, write zeroes) carry no data even when the
+        // request has a size.
+        let len = if bindings::rsrdma_rq_nr_phys_segments(rq) == 0 {
+            0
+        } else {
+            bindings::rsrdma_rq_payload_bytes(rq)
+        };
+        ((*rq).tag as u32, len, bindings::rsrdma_rq_is_write(rq))
     };
     let mut sqe = [0u8; SQE_SIZE];
     // SAFETY: the core built the command in our PDU (nvme_setup_cmd) and nothing else writes it
