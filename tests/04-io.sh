@@ -32,11 +32,18 @@ path_dev() { # CTRL_DIR
 	return 1
 }
 
-dispatched() { # BLOCKDEV: "hctxN=count ..." for each hardware queue
-	local h
-	for h in /sys/kernel/debug/block/"$1"/hctx*; do
-		printf '%s=%s ' "${h##*/}" "$(awk '{ s += $2 } END { print s + 0 }' "$h/dispatched" 2>/dev/null)"
-	done
+# The queue IDs commands went to during a short fio run, from the NVMe core's nvme_setup_cmd
+# trace event: "qid=N count" per queue. The namespace's I/O queues are qid 1 and up.
+TRACING=/sys/kernel/tracing
+queues_used() { # DEV
+	mountpoint -q "$TRACING" || mount -t tracefs nodev "$TRACING" 2>/dev/null
+	[ -e "$TRACING/events/nvme/nvme_setup_cmd/enable" ] || { echo "no nvme trace events"; return; }
+	echo >"$TRACING/trace"
+	echo 1 >"$TRACING/events/nvme/nvme_setup_cmd/enable"
+	fio --name=spread --filename="$1" --direct=1 --rw=randread --bs=4k --iodepth=8 --size=8m \
+		--runtime=2 --time_based "${SPLIT[@]}" >/dev/null 2>&1
+	echo 0 >"$TRACING/events/nvme/nvme_setup_cmd/enable"
+	grep -o 'qid=[0-9]*' "$TRACING/trace" | sort | uniq -c | awk '{ print $2, $1 }'
 }
 
 ktap_header
@@ -73,10 +80,12 @@ ktap_check "fio verify mixed sizes, QD16, 2 jobs" fio_verify "$dev" "$SECS" \
 ktap_check "fio verify 1 MiB, QD32, 2 jobs (pool large area exhausted)" fio_verify "$dev" "$SECS" \
 	--bs=1m --iodepth=32 "${SPLIT[@]}"
 
-counts=$(dispatched "$pdev")
-ktap_diag "requests dispatched per hardware queue: $counts"
-busy=$(grep -oE '=[1-9][0-9]*' <<<"$counts" | wc -l)
-ktap_check "I/O went through every I/O queue" test "$busy" -ge 2
+counts=$(queues_used "$dev")
+ktap_diag "commands per queue: $(tr '\n' ' ' <<<"$counts")"
+io_queues=$(grep -c '^qid=[1-9]' <<<"$counts")
+nr_io=$(ls -d "$ctrl/$pdev"/mq/* 2>/dev/null | wc -l)
+ktap_diag "$io_queues of $nr_io I/O queues used"
+ktap_check "I/O went through every I/O queue" test "$io_queues" -ge 2 -a "$io_queues" = "$nr_io"
 
 # --- ext4 through the page cache ---------------------------------------------------------------
 ext4_round_trip() {
