@@ -56,6 +56,16 @@ rm -f "$out/exit" "$out/guest.log" "$out/dmesg.log"
 } >"$out/guest.sh"
 chmod +x "$out/guest.sh"
 
+# One guest at a time per machine: two TCG guests on a small machine halve each other's speed
+# and make timeouts fire. The lock is inherited by the guest's processes, so it is held until
+# the guest is really gone.
+mkdir -p "$cache"
+exec 9>"$cache/vm.lock"
+if ! flock -n 9; then
+	log "another guest is running (lock $cache/vm.lock); waiting for it to finish"
+	flock 9
+fi
+
 accel=$("$here/accel.sh" "$kdir")
 accel_opts=()
 if [ "$accel" = tcg ]; then
