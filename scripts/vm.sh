@@ -9,6 +9,7 @@
 # rdma and the repository are all there) and OUTDIR read-write. The command's output is
 # streamed as the guest writes it; OUTDIR keeps guest.log, dmesg.log, console.log and the exit
 # status. A guest that hangs is killed at the timeout (exit status 124): CI never hangs.
+# One guest at a time per machine: a second vm.sh waits for the first (a lock in the cache).
 # Environment inside the guest: RSRDMA_REPO (this repository), RSRDMA_OUT (OUTDIR).
 set -euo pipefail
 
