@@ -26,6 +26,11 @@ debug)
 *) die "unknown kernel flavour '$flavour' (default, debug)" ;;
 esac
 
+for f in "${fragments[@]}"; do
+	# Checked here: the cache key below would hash a missing file as empty.
+	[ -f "$f" ] || die "config fragment $f missing: the $flavour flavour cannot be built"
+done
+
 tarball=/usr/src/linux-source-6.12.tar.xz
 [ -f "$tarball" ] || die "$tarball missing: run scripts/deps.sh"
 
