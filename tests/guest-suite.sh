@@ -119,11 +119,7 @@ for name in "${tests[@]}"; do
 	fi
 	if [ -n "$left" ] || ((f)); then
 		# Reset the guest for the next test; what this cannot clean is reported.
-		host_disconnect_all >/dev/null 2>&1
-		rsrdma_unload >/dev/null 2>&1
-		target_teardown >/dev/null 2>&1
-		module_unload nvme_rdma >/dev/null 2>&1
-		rxe_teardown >/dev/null 2>&1
+		reset_guest >/dev/null 2>&1
 		left=$(leftovers)
 		[ -z "$left" ] || notes+=("still left after the reset: $(echo $left)")
 	fi

@@ -12,7 +12,9 @@
 #   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, nvme_dev_for_nqn NQN,
 #               fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
 #   kernel log  dmesg_mark, dmesg_since_mark, dmesg_check_clean
-#   misc        wait_for TIMEOUT_S CMD..., run_diag CMD..., fio_verify DEV SECONDS [FIO ARGS...]
+#   misc        wait_for TIMEOUT_S CMD..., run_diag CMD..., fio_verify DEV SECONDS [FIO ARGS...],
+#               module_unload NAME
+#   state       leftovers (what a test left behind), reset_guest (clean all of it)
 #
 # Helpers return non-zero on failure and say why on diagnostic ("# ...") lines; they never exit.
 
@@ -439,7 +441,18 @@ leftovers() {
 	rdma link show 2>/dev/null | awk '{ print "rdma link " $2 }'
 	[ -d "$NULLB_CFS" ] && ls "$NULLB_CFS" | grep -v '^features$' | sed 's/^/null_blk /'
 	mountpoint -q "$TARGET_TMPFS" 2>/dev/null && echo "mount $TARGET_TMPFS"
+	[ "$(cat /proc/sys/kernel/modprobe)" = /bin/true ] && echo "module autoloading off (fabrics_probe)"
 	return 0
+}
+
+# reset_guest: undo whatever a failed or killed test may have left (see leftovers).
+reset_guest() {
+	[ "$(cat /proc/sys/kernel/modprobe)" = /bin/true ] && echo /sbin/modprobe >/proc/sys/kernel/modprobe
+	host_disconnect_all
+	rsrdma_unload
+	target_teardown
+	module_unload nvme_rdma
+	rxe_teardown
 }
 
 # ---- I/O ---------------------------------------------------------------------------------------
