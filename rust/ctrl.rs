@@ -415,6 +415,9 @@ impl RdmaCtrl {
     /// Connects the controller: admin queue, pool registration, controller enable and identify,
     /// I/O queues, LIVE. On failure everything set up here is released again.
     fn setup(&self, new: bool) -> Result<(), Failure> {
+        // Connections lost while their port was down left CM ids behind; the port may be
+        // back, and their DREQs tell the target to drop the old association now.
+        crate::registration::release_parked_active();
         self.configure_admin(new)?;
         let res = self.setup_after_admin(new);
         if res.is_err() {
@@ -521,7 +524,7 @@ impl RdmaCtrl {
         })();
         if let Err(e) = res {
             admin.stop();
-            admin.free();
+            admin.free(false);
             self.release_conn();
             return Err(e);
         }
@@ -553,7 +556,7 @@ impl RdmaCtrl {
             if new {
                 n.remove_admin_tag_set();
             }
-            admin.free();
+            admin.free(false);
             self.release_conn();
             return Err(e);
         }
@@ -646,7 +649,7 @@ impl RdmaCtrl {
 
     fn free_io_queues(&self) {
         for q in self.queues.iter().skip(1) {
-            q.free();
+            q.free(false);
         }
     }
 
@@ -758,7 +761,7 @@ impl RdmaCtrl {
         // The async event request uses the admin queue.
         // SAFETY: the core's work item of our controller.
         unsafe { bindings::cancel_work_sync(n.async_event_work()) };
-        self.queue(0).free();
+        self.queue(0).free(false);
         self.release_conn();
     }
 

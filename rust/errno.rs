@@ -30,4 +30,6 @@ errnos! {
     ECONNREFUSED,
     /// Connection reset by peer.
     ECONNRESET,
+    /// Network is down.
+    ENETDOWN,
 }

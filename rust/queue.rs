@@ -90,10 +90,11 @@ struct WaitCqe {
     status: AtomicI32,
 }
 
-/// The resources of one connection of a queue. Field order is drop order: the CM id goes
-/// first (as in the C transport), then the QP, its CQ, and the ring mappings.
+/// The resources of one connection of a queue. Field order is drop order: the CM id, which
+/// destroys its QP first, then the CQ and the ring mappings.
 pub(crate) struct Conn {
     cm_id: CmId,
+    /// The QP of `cm_id`, valid as long as the id holds it.
     qp: Qp,
     cq: Cq,
     sqe_map: DmaMap,
@@ -258,8 +259,31 @@ impl Queue {
         )?;
 
         let dev = cm_id.device().ok_or(ENODEV)?;
+        if !dev.port_active(cm_id.port_num()) {
+            // Sending a CM request now would break the device's CM for good (see
+            // `Device::port_active`): wait for the port to come back.
+            dbg_event!(
+                Cm,
+                self.nvme(),
+                "queue {}: port {} of {} is down, not connecting",
+                self.qid,
+                cm_id.port_num(),
+                dev.name()
+            );
+            return Err(errno::ENETDOWN());
+        }
         let pd = ctrl.pd_for(self.qid, dev)?;
 
+        let sqe_map = dev.map_single(
+            self.sqes.ptr.as_ptr().cast(),
+            self.sqes.len,
+            DmaDir::ToDevice,
+        )?;
+        let rsp_map = dev.map_single(
+            self.rsps.ptr.as_ptr().cast(),
+            self.rsps.len,
+            DmaDir::FromDevice,
+        )?;
         // One CQE per receive and send, plus the registration, the AEN and the drain's two.
         let cq_size = 2 * depth + 4;
         let vector = if self.qid == 0 {
@@ -286,18 +310,9 @@ impl Queue {
         attr.cap.max_recv_wr = depth + 1;
         attr.cap.max_send_sge = 2;
         attr.cap.max_recv_sge = 1;
-        let qp = cm_id.create_qp(pd, &mut attr)?;
-
-        let sqe_map = dev.map_single(
-            self.sqes.ptr.as_ptr().cast(),
-            self.sqes.len,
-            DmaDir::ToDevice,
-        )?;
-        let rsp_map = dev.map_single(
-            self.rsps.ptr.as_ptr().cast(),
-            self.rsps.len,
-            DmaDir::FromDevice,
-        )?;
+        // SAFETY: the CQ goes into the same `Conn` as the id, which drops the id (and so the
+        // QP) first; if creating the QP fails there is no QP.
+        let qp = unsafe { cm_id.create_qp(pd, &mut attr) }?;
         let conn = Conn {
             cm_id,
             qp,
@@ -475,30 +490,54 @@ impl Queue {
             // is not concurrent with `stop` (both run from the controller's work items, or
             // `stop` from the timeout handler while the queue is allocated).
             if let Some(conn) = unsafe { self.conn() } {
-                conn.cm_id.disconnect();
+                // No DREQ while the port is down (see `Device::port_active`); the target
+                // learns from its own timeouts, or from the DREQ sent when the id is released.
+                if conn.cm_id.port_active() {
+                    conn.cm_id.disconnect();
+                }
                 conn.qp.drain();
             }
         }
     }
 
-    /// Releases the connection's resources.
-    pub(crate) fn free(&self) {
+    /// Releases the connection's resources. While the port is down the CM id is parked (see
+    /// `registration::park`) instead of being destroyed, since destroying a connected id sends
+    /// a DREQ through the CM; its QP goes now. `force` destroys it in any case (device
+    /// removal).
+    pub(crate) fn free(&self, force: bool) {
         if self.flags.fetch_and(!ALLOCATED, Ordering::AcqRel) & ALLOCATED == 0 {
             return;
         }
         // SAFETY: the controller's teardown stopped (drained) the queue and quiesced blk-mq
         // before calling this, so nothing uses the connection.
-        let conn = unsafe { self.conn.replace(None) };
-        if let Some(conn) = conn {
-            dbg_event!(
-                Queue,
-                self.nvme(),
-                "queue {}: released qp {:#x}",
-                self.qid,
-                conn.qp.qp_num()
-            );
+        let Some(conn) = (unsafe { self.conn.replace(None) }) else {
+            return;
+        };
+        dbg_event!(
+            Queue,
+            self.nvme(),
+            "queue {}: released qp {:#x}",
+            self.qid,
+            conn.qp.qp_num()
+        );
+        let dev_gone = conn
+            .cm_id
+            .device()
+            .is_some_and(|d| self.ctrl().device_blocked(d));
+        if force || dev_gone || conn.cm_id.port_active() {
             drop(conn);
+            return;
         }
+        let Conn {
+            cm_id,
+            cq,
+            sqe_map,
+            rsp_map,
+            ..
+        } = conn;
+        cm_id.destroy_qp();
+        drop((cq, sqe_map, rsp_map));
+        crate::registration::park(cm_id);
     }
 
     // --- Posting --------------------------------------------------------------------------
@@ -629,8 +668,14 @@ unsafe extern "C" fn cm_handler(
     ev: *mut bindings::rdma_cm_event,
 ) -> i32 {
     // SAFETY: see the function's contract; the event is valid for the call.
-    let (queue, event, status) =
-        unsafe { (&*((*id).context as *const Queue), (*ev).event, (*ev).status) };
+    let (context, event, status) = unsafe { ((*id).context, (*ev).event, (*ev).status) };
+    if context.is_null() {
+        // A parked id, detached from its queue: nothing to do.
+        return 0;
+    }
+    // SAFETY: a non-null context is the queue that created the id, alive while the id is
+    // attached to it.
+    let queue = unsafe { &*(context as *const Queue) };
     let nvme = queue.nvme();
     dbg_event!(
         Cm,

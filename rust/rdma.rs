@@ -12,6 +12,7 @@ use kernel::error::{from_err_ptr, to_result};
 use kernel::ffi::c_void;
 use kernel::prelude::*;
 use kernel::str::CStr;
+use kernel::types::Opaque;
 
 /// Converts a negative errno from the RDMA core into an [`Error`].
 pub(crate) fn errno(ret: i32) -> Result {
@@ -67,6 +68,16 @@ impl Device {
         self.attrs().device_cap_flags
             & bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64
             != 0
+    }
+
+    /// Whether port `port` is up. Nothing may be sent through the CM (which uses the GSI QP)
+    /// while it is down: soft-RoCE moves its GSI QP to the error state for good when a MAD
+    /// send fails, which leaves every CM connection on the device dead until it is re-created.
+    pub(crate) fn port_active(&self, port: u32) -> bool {
+        let mut state = bindings::ib_port_state_IB_PORT_NOP;
+        // SAFETY: the device is alive; `state` is a valid output.
+        let ret = unsafe { bindings::ib_get_cached_port_state(self.as_ptr(), port, &mut state) };
+        ret == 0 && state == bindings::ib_port_state_IB_PORT_ACTIVE
     }
 
     pub(crate) fn num_comp_vectors(&self) -> i32 {
@@ -176,7 +187,8 @@ impl Drop for DmaMap {
     }
 }
 
-/// An RDMA CM identifier of an RC connection.
+/// An RDMA CM identifier of an RC connection, and the QP created on it (`rdma_create_qp`),
+/// which it owns: dropping the id destroys the QP first.
 pub(crate) struct CmId(NonNull<bindings::rdma_cm_id>);
 
 // SAFETY: the RDMA CM serializes operations on an id internally; the handle can be used and
@@ -245,6 +257,18 @@ impl CmId {
         Device::from_raw(unsafe { (*self.as_ptr()).device })
     }
 
+    /// The device port the id is bound to, once its address is resolved.
+    pub(crate) fn port_num(&self) -> u32 {
+        // SAFETY: the id is owned.
+        unsafe { (*self.as_ptr()).port_num }
+    }
+
+    /// Whether the id's port is up (see [`Device::port_active`]).
+    pub(crate) fn port_active(&self) -> bool {
+        self.device()
+            .is_some_and(|d| d.port_active(self.port_num()))
+    }
+
     /// Sends the connect request; the outcome arrives as a CM event. Not for use from the id's
     /// own event handler (it takes the handler lock).
     pub(crate) fn connect(&self, param: &bindings::rdma_conn_param) -> Result {
@@ -258,19 +282,51 @@ impl CmId {
         unsafe { bindings::rdma_disconnect(self.as_ptr()) };
     }
 
-    /// Creates the RC QP of this id on `pd`.
-    pub(crate) fn create_qp(&self, pd: &Pd, attr: &mut bindings::ib_qp_init_attr) -> Result<Qp> {
-        // SAFETY: the id is owned and bound to the PD's device; `attr` is a valid init attr
-        // whose CQs outlive the QP (see `queue::Conn` field order).
+    /// Creates the RC QP of this id on `pd`; the id owns it from then on.
+    ///
+    /// # Safety
+    ///
+    /// The CQs named in `attr` must outlive the QP, that is, this id or `destroy_qp`.
+    pub(crate) unsafe fn create_qp(
+        &self,
+        pd: &Pd,
+        attr: &mut bindings::ib_qp_init_attr,
+    ) -> Result<Qp> {
+        // SAFETY: the id is owned and bound to the PD's device; `attr` is valid.
         errno(unsafe { bindings::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) })?;
-        // SAFETY: rdma_create_qp succeeded, so `qp` is set; from here `Qp` owns it.
-        let qp = unsafe { (*self.as_ptr()).qp };
-        Ok(Qp(NonNull::new(qp).ok_or(ENOMEM)?))
+        self.qp().ok_or(ENOMEM)
+    }
+
+    /// The QP of this id, if it has one.
+    pub(crate) fn qp(&self) -> Option<Qp> {
+        // SAFETY: the id is owned; `qp` is set by rdma_create_qp and cleared by rdma_destroy_qp.
+        NonNull::new(unsafe { (*self.as_ptr()).qp }).map(Qp)
+    }
+
+    /// Detaches the id from its event handler's context: later events find a null context and
+    /// are ignored, so the id can outlive what the context pointed to.
+    pub(crate) fn detach(&self) {
+        // SAFETY: owned id; the handler lock orders this write with running handlers.
+        unsafe {
+            bindings::rdma_lock_handler(self.as_ptr());
+            (*self.as_ptr()).context = core::ptr::null_mut();
+            bindings::rdma_unlock_handler(self.as_ptr());
+        }
+    }
+
+    /// Destroys the QP of this id (no-op if it has none), keeping the id.
+    pub(crate) fn destroy_qp(&self) {
+        if self.qp().is_some() {
+            // SAFETY: owned id with a QP; rdma_destroy_qp clears `qp` under the id's lock, so
+            // the CM never touches the destroyed QP.
+            unsafe { bindings::rdma_destroy_qp(self.as_ptr()) };
+        }
     }
 }
 
 impl Drop for CmId {
     fn drop(&mut self) {
+        self.destroy_qp();
         // SAFETY: owned id. rdma_destroy_id waits for a running event handler, so this must
         // not run from the handler itself; no `CmId` is dropped there.
         unsafe { bindings::rdma_destroy_id(self.as_ptr()) };
@@ -385,7 +441,9 @@ impl Drop for Cq {
     }
 }
 
-/// A queue pair.
+/// A queue pair, owned by the [`CmId`] it was created on: a handle valid while that id keeps
+/// it.
+#[derive(Clone, Copy)]
 pub(crate) struct Qp(NonNull<bindings::ib_qp>);
 
 // SAFETY: posting work requests is thread safe in the verbs API.
@@ -399,7 +457,7 @@ impl Qp {
     }
 
     pub(crate) fn qp_num(&self) -> u32 {
-        // SAFETY: owned QP.
+        // SAFETY: a live QP (type invariant).
         unsafe { (*self.as_ptr()).qp_num }
     }
 
@@ -410,7 +468,7 @@ impl Qp {
     /// Every buffer and `ib_cqe` the chain refers to must stay valid until its completion (or
     /// the QP is drained).
     pub(crate) unsafe fn post_send(&self, wr: &bindings::ib_send_wr) -> Result {
-        // SAFETY: owned QP; the caller guarantees the lifetime of what `wr` refers to.
+        // SAFETY: a live QP; the caller guarantees the lifetime of what `wr` refers to.
         errno(unsafe { bindings::rsrdma_post_send(self.as_ptr(), wr) })
     }
 
@@ -426,15 +484,8 @@ impl Qp {
 
     /// Moves the QP to the error state and waits until every posted work request completed.
     pub(crate) fn drain(&self) {
-        // SAFETY: owned QP, its CQ is alive.
+        // SAFETY: a live QP whose CQ is alive.
         unsafe { bindings::ib_drain_qp(self.as_ptr()) };
-    }
-}
-
-impl Drop for Qp {
-    fn drop(&mut self) {
-        // SAFETY: owned QP. Not through rdma_destroy_qp: the CM id may already be gone.
-        unsafe { bindings::ib_destroy_qp_user(self.as_ptr(), core::ptr::null_mut()) };
     }
 }
 
@@ -519,6 +570,49 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: owned MR; deregistration also invalidates its keys.
         unsafe { bindings::rsrdma_dereg_mr(self.as_ptr()) };
+    }
+}
+
+/// Asynchronous events of one RDMA device (port up and down) delivered to a handler, from
+/// registration until drop.
+#[pin_data(PinnedDrop)]
+pub(crate) struct EventWatch {
+    #[pin]
+    handler: Opaque<bindings::ib_event_handler>,
+}
+
+/// The signature of an asynchronous event handler.
+pub(crate) type EventHandler =
+    unsafe extern "C" fn(*mut bindings::ib_event_handler, *mut bindings::ib_event);
+
+// SAFETY: the RDMA core owns the list linkage; `Self` exposes nothing else.
+unsafe impl Send for EventWatch {}
+// SAFETY: as above.
+unsafe impl Sync for EventWatch {}
+
+impl EventWatch {
+    pub(crate) fn new(dev: Device, handler: EventHandler) -> impl PinInit<Self> {
+        pin_init!(Self {
+            // SAFETY: the handler is initialized in place, then registered; it stays pinned
+            // until `drop` unregisters it, and `dev` is alive until its ib_client `remove`,
+            // where the watch is dropped.
+            handler <- Opaque::ffi_init(move |h: *mut bindings::ib_event_handler| unsafe {
+                h.write(bindings::ib_event_handler {
+                    device: dev.as_ptr(),
+                    handler: Some(handler),
+                    ..Default::default()
+                });
+                bindings::ib_register_event_handler(h);
+            }),
+        })
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for EventWatch {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: registered in `new`; unregistering waits for running handlers.
+        unsafe { bindings::ib_unregister_event_handler(self.handler.get()) };
     }
 }
 

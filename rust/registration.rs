@@ -6,9 +6,10 @@
 
 use crate::bindings;
 use crate::ctrl::{self, RdmaCtrl};
+use crate::glue::dbg_event;
 use crate::glue::{log_err, log_info};
 use crate::nvme::Options;
-use crate::rdma::Device;
+use crate::rdma::{CmId, Device, EventWatch};
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::c_str;
@@ -112,13 +113,18 @@ struct CtrlRef(*const RdmaCtrl);
 // under the registry lock or with a reference taken under it.
 unsafe impl Send for CtrlRef {}
 
-/// The transport's list of controllers and the controller operations handed to the core.
+/// The transport's list of controllers, the controller operations handed to the core, the
+/// RDMA devices it watches for port events, and the CM ids parked while their port is down.
 #[pin_data]
 pub(crate) struct Registry {
     #[pin]
     ctrls: Mutex<KVec<CtrlRef>>,
     #[pin]
     ctrl_ops: Opaque<bindings::nvme_ctrl_ops>,
+    #[pin]
+    watches: Mutex<KVec<(Device, Pin<KBox<EventWatch>>)>>,
+    #[pin]
+    parked: Mutex<KVec<CmId>>,
 }
 
 // SAFETY: the list is behind a mutex; the ops are immutable after initialization.
@@ -142,6 +148,8 @@ impl Registry {
         try_pin_init!(Self {
             ctrls <- kernel::new_mutex!(KVec::new()),
             ctrl_ops: Opaque::new(ctrl::ctrl_ops(name, module.as_ptr().cast())),
+            watches <- kernel::new_mutex!(KVec::new()),
+            parked <- kernel::new_mutex!(KVec::new()),
         }? Error)
     }
 
@@ -193,6 +201,65 @@ impl Registry {
 
     pub(crate) fn unpublish(&self) {
         REGISTRY.store(core::ptr::null_mut(), Ordering::Release);
+    }
+
+    /// Destroys the parked CM ids `release` selects (each sends its DREQ now). Done under the
+    /// lock: the handlers of parked ids return at once (their context is detached), so
+    /// `rdma_destroy_id` waiting for them cannot wait for this lock.
+    fn release_parked(&self, release: impl Fn(&CmId) -> bool) {
+        let mut parked = self.parked.lock();
+        let mut released = 0;
+        let mut i = 0;
+        while i < parked.len() {
+            if release(&parked[i]) {
+                let last = parked.len() - 1;
+                parked.swap(i, last);
+                // SAFETY: the last element is read out (and dropped) right away, so it is
+                // owned exactly once.
+                let id = unsafe {
+                    parked.set_len(last);
+                    core::ptr::read(parked.as_ptr().add(last))
+                };
+                drop(id);
+                released += 1;
+            } else {
+                i += 1;
+            }
+        }
+        if released != 0 {
+            dbg_event!(Cm, core::ptr::null(), "released {} parked CM ids", released);
+        }
+    }
+
+    /// Releases every parked CM id (module unload).
+    pub(crate) fn release_all_parked(&self) {
+        self.release_parked(|_| true);
+    }
+}
+
+/// Keeps the CM id of a connection lost while its port is down: destroying it would send a
+/// DREQ through a port that cannot send (see `rdma::Device::port_active`). Its QP is already
+/// gone; the id is destroyed when the port comes back, its device goes, or the module unloads.
+pub(crate) fn park(id: CmId) {
+    id.detach();
+    match registry() {
+        Some(reg) => {
+            dbg_event!(
+                Cm,
+                core::ptr::null(),
+                "port down: CM id parked, DREQ deferred"
+            );
+            // On allocation failure `push` drops the id: its DREQ goes out now.
+            let _ = reg.parked.lock().push(id, GFP_KERNEL);
+        }
+        None => drop(id),
+    }
+}
+
+/// Releases the parked CM ids whose port is up again.
+pub(crate) fn release_parked_active() {
+    if let Some(reg) = registry() {
+        reg.release_parked(|id| id.port_active());
     }
 }
 
@@ -274,20 +341,36 @@ unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
         return 0;
     };
     log_info!(core::ptr::null(), "RDMA device {} added", dev.name());
-    // A controller waiting for its device tries again now rather than at its next attempt.
-    if let Some(reg) = registry() {
-        for c in reg.get_all() {
-            // SAFETY: referenced by `get_all`.
-            let ctrl = unsafe { &*c.0 };
-            ctrl.block_device(None);
-            ctrl.kick_reconnect();
-            ctrl.nvme().put();
+    let Some(reg) = registry() else { return 0 };
+    match KBox::pin_init(EventWatch::new(dev, port_event), GFP_KERNEL) {
+        Ok(w) => {
+            if reg.watches.lock().push((dev, w), GFP_KERNEL).is_err() {
+                log_err!(
+                    core::ptr::null(),
+                    "{}: cannot watch port events",
+                    dev.name()
+                );
+            }
         }
+        Err(_) => log_err!(
+            core::ptr::null(),
+            "{}: cannot watch port events",
+            dev.name()
+        ),
+    }
+    // A controller waiting for its device tries again now rather than at its next attempt.
+    for c in reg.get_all() {
+        // SAFETY: referenced by `get_all`.
+        let ctrl = unsafe { &*c.0 };
+        ctrl.block_device(None);
+        ctrl.kick_reconnect();
+        ctrl.nvme().put();
     }
     0
 }
 
-/// `ib_client::remove`: an RDMA device is going away.
+/// `ib_client::remove`: an RDMA device is going away. Everything on it is released before
+/// this returns.
 ///
 /// # Safety
 ///
@@ -301,6 +384,20 @@ unsafe extern "C" fn device_remove(
     };
     let mut users = 0;
     if let Some(reg) = registry() {
+        {
+            let mut watches = reg.watches.lock();
+            if let Some(i) = watches.iter().position(|(d, _)| *d == dev) {
+                let last = watches.len() - 1;
+                watches.swap(i, last);
+                // SAFETY: moved out right away; the watch unregisters on drop.
+                let w = unsafe {
+                    watches.set_len(last);
+                    core::ptr::read(watches.as_ptr().add(last))
+                };
+                drop(watches);
+                drop(w);
+            }
+        }
         for c in reg.get_all() {
             // SAFETY: referenced by `get_all`.
             let ctrl = unsafe { &*c.0 };
@@ -310,6 +407,7 @@ unsafe extern "C" fn device_remove(
             }
             ctrl.nvme().put();
         }
+        reg.release_parked(|id| id.device() == Some(dev));
     }
     log_info!(
         core::ptr::null(),
@@ -317,4 +415,35 @@ unsafe extern "C" fn device_remove(
         dev.name(),
         users
     );
+}
+
+/// Port events of a watched device: when a port comes back, the CM ids parked for it are
+/// released and controllers waiting to reconnect try at once.
+///
+/// # Safety
+///
+/// Called by the RDMA core, in process context, with a valid event.
+unsafe extern "C" fn port_event(_h: *mut bindings::ib_event_handler, ev: *mut bindings::ib_event) {
+    // SAFETY: valid for the call.
+    let (event, dev, port) = unsafe { ((*ev).event, (*ev).device, (*ev).element.port_num) };
+    let Some(dev) = Device::from_raw(dev) else {
+        return;
+    };
+    match event {
+        bindings::ib_event_type_IB_EVENT_PORT_ACTIVE => {
+            log_info!(core::ptr::null(), "{} port {} active", dev.name(), port);
+            let Some(reg) = registry() else { return };
+            reg.release_parked(|id| id.port_active());
+            for c in reg.get_all() {
+                // SAFETY: referenced by `get_all`.
+                let ctrl = unsafe { &*c.0 };
+                ctrl.kick_reconnect();
+                ctrl.nvme().put();
+            }
+        }
+        bindings::ib_event_type_IB_EVENT_PORT_ERR => {
+            log_info!(core::ptr::null(), "{} port {} down", dev.name(), port);
+        }
+        _ => {}
+    }
 }

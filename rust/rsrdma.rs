@@ -78,6 +78,7 @@ impl Drop for RsRdma {
         drop(self.transport.take());
         self.registry.delete_all();
         drop(self.client.take());
+        self.registry.release_all_parked();
         self.registry.unpublish();
         log_info!(core::ptr::null(), "unloaded");
     }
