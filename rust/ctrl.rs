@@ -39,6 +39,7 @@ struct CtrlConn {
     reg: Option<PoolReg>,
     pd: Pd,
     dev: Device,
+    port: u32,
 }
 
 /// Reconnect bookkeeping, used only from the controller's work items.
@@ -197,6 +198,13 @@ impl RdmaCtrl {
         unsafe { self.conn.get() }.map(|c| c.dev)
     }
 
+    /// Whether the controller is connected through port `port` of `dev`.
+    pub(crate) fn uses_port(&self, dev: Device, port: u32) -> bool {
+        // SAFETY: reads of `Copy` fields; callers (port events) only compare them, and a
+        // connection being replaced meanwhile at worst makes the answer stale.
+        unsafe { self.conn.get() }.is_some_and(|c| c.dev == dev && c.port == port)
+    }
+
     pub(crate) fn device_blocked(&self, dev: Device) -> bool {
         self.blocked_dev.load(Ordering::Acquire) == dev.as_ptr()
     }
@@ -210,7 +218,7 @@ impl RdmaCtrl {
 
     /// The protection domain for queue `qid` on `dev`: the admin queue creates it, the I/O
     /// queues must resolve to the same device. Called from the set-up work only.
-    pub(crate) fn pd_for(&self, qid: u16, dev: Device) -> Result<&Pd> {
+    pub(crate) fn pd_for(&self, qid: u16, dev: Device, port: u32) -> Result<&Pd> {
         if self.device_blocked(dev) {
             log_info!(
                 self.nvme().as_ptr(),
@@ -246,7 +254,14 @@ impl RdmaCtrl {
         }
         let pd = Pd::new(dev)?;
         // SAFETY: set-up work, no connection installed: nothing else uses the cell.
-        unsafe { self.conn.replace(Some(CtrlConn { reg: None, pd, dev })) };
+        unsafe {
+            self.conn.replace(Some(CtrlConn {
+                reg: None,
+                pd,
+                dev,
+                port,
+            }))
+        };
         // SAFETY: as above.
         Ok(&unsafe { self.conn.get() }.ok_or(ENOMEM)?.pd)
     }
@@ -785,7 +800,10 @@ impl RdmaCtrl {
         let n = self.nvme();
         self.teardown_io(shutdown);
         n.quiesce_admin();
-        n.disable(shutdown);
+        // Only a connected admin queue can carry the shutdown property write.
+        if self.queue(0).is_live() {
+            n.disable(shutdown);
+        }
         self.teardown_admin(shutdown);
     }
 
@@ -885,6 +903,11 @@ impl RdmaCtrl {
 
     fn reconnect(&self) {
         let mut n = self.nvme();
+        // A kick (port or device back) may have queued this work again behind an attempt that
+        // already succeeded, or deletion may have started.
+        if n.state() != State::Connecting {
+            return;
+        }
         let attempt = self
             .recovery
             .lock()

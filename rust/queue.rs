@@ -272,7 +272,7 @@ impl Queue {
             );
             return Err(errno::ENETDOWN());
         }
-        let pd = ctrl.pd_for(self.qid, dev)?;
+        let pd = ctrl.pd_for(self.qid, dev, cm_id.port_num())?;
 
         let sqe_map = dev.map_single(
             self.sqes.ptr.as_ptr().cast(),

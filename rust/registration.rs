@@ -443,6 +443,17 @@ unsafe extern "C" fn port_event(_h: *mut bindings::ib_event_handler, ev: *mut bi
         }
         bindings::ib_event_type_IB_EVENT_PORT_ERR => {
             log_info!(core::ptr::null(), "{} port {} down", dev.name(), port);
+            // Idle connections would notice only at the next keep-alive: recover now, so that
+            // fast_io_fail_tmo and ctrl_loss_tmo count from the loss.
+            let Some(reg) = registry() else { return };
+            for c in reg.get_all() {
+                // SAFETY: referenced by `get_all`.
+                let ctrl = unsafe { &*c.0 };
+                if ctrl.uses_port(dev, port) {
+                    ctrl.error_recovery(format_args!("{} port {} down", dev.name(), port));
+                }
+                ctrl.nvme().put();
+            }
         }
         _ => {}
     }

@@ -462,15 +462,28 @@ reset_guest() {
 # blocks, queue depth 16. Extra arguments come last, so they override these. Non-zero on any I/O
 # or verify error; prints a short summary (the full output too on failure) as diagnostics.
 fio_verify() {
-	local dev=$1 secs=$2 engine=io_uring size out rc=0
+	local dev=$1 secs=$2 out rc=0
 	shift 2
+	out=$(_fio_run "$dev" --time_based --runtime="$secs" "$@") || rc=$?
+	_fio_report "$dev" "$rc" "$out"
+}
+
+# _fio_run DEV [FIO ARGS...]: the fio_verify job (without its run time); fio's output.
+_fio_run() {
+	local dev=$1 engine=io_uring size
+	shift
 	fio --enghelp=io_uring >/dev/null 2>&1 || engine=libaio
-	size=$(blockdev --getsize64 "$dev" 2>/dev/null) || { ktap_diag "$dev: not a block device"; return 1; }
+	size=$(blockdev --getsize64 "$dev" 2>/dev/null) || { echo "$dev: not a block device"; return 1; }
 	((size > 32 << 20)) && size=$((32 << 20))
-	out=$(cd /tmp && fio --name=verify --filename="$dev" --direct=1 --ioengine="$engine" \
-		--rw=randrw --bs=4k --iodepth=16 --size="$size" --time_based --runtime="$secs" \
+	cd /tmp && fio --name=verify --filename="$dev" --direct=1 --ioengine="$engine" \
+		--rw=randrw --bs=4k --iodepth=16 --size="$size" \
 		--verify=crc32c --verify_backlog=256 --verify_fatal=1 --verify_state_save=0 \
-		--do_verify=1 --group_reporting "$@" 2>&1) || rc=$?
+		--do_verify=1 --group_reporting "$@" 2>&1
+}
+
+# _fio_report DEV STATUS OUTPUT: fio_verify's verdict and diagnostics.
+_fio_report() {
+	local dev=$1 rc=$2 out=$3
 	if ((rc == 0)) && grep -qE 'err= *[1-9]|verify: bad|fio: (pid|io_u) .*error' <<<"$out"; then
 		rc=1
 	fi
@@ -483,5 +496,97 @@ fio_verify() {
 	else
 		grep -E 'err=|^ *(READ|WRITE):|issued rwts' <<<"$out" | sed 's/^ *//' | ktap_diag
 	fi
-	return $rc
+	return "$rc"
+}
+
+# fio_start DEV [FIO ARGS...]: the fio_verify job in the background until fio_stop, which
+# interrupts it (fio finishes its verification and reports) and gives fio_verify's verdict.
+# Call both from the test's own shell (not in a subshell such as ktap_check's), which owns the
+# job.
+fio_start() {
+	local dev=$1
+	shift
+	FIO_DEV=$dev FIO_OUT=$(mktemp /tmp/rsrdma-fio.XXXXXX)
+	_fio_run "$dev" --time_based --runtime=3600 "$@" >"$FIO_OUT" 2>&1 &
+	FIO_PID=$!
+}
+
+fio_stop() {
+	local rc=0 pids p
+	[ -n "${FIO_PID:-}" ] || return 1
+	# Every fio process of the job (the main one and its job processes) gets the interrupt; fio
+	# stops, verifies what is outstanding and prints its summary, exiting with 128 or 130.
+	pids=$(pgrep -P "$FIO_PID" -x fio)
+	for p in $pids; do
+		pids="$pids $(pgrep -P "$p" -x fio)"
+	done
+	# shellcheck disable=SC2086
+	[ -n "${pids// /}" ] && kill -INT $pids 2>/dev/null
+	wait "$FIO_PID" || rc=$?
+	FIO_PID=
+	((rc == 128 || rc == 130)) && rc=0
+	_fio_report "$FIO_DEV" "$rc" "$(cat "$FIO_OUT")"
+	rc=$?
+	rm -f "$FIO_OUT"
+	return "$rc"
+}
+
+# ---- link loss -----------------------------------------------------------------------------------
+
+# fabrics_connect OPTIONS: connect by writing OPTIONS to /dev/nvme-fabrics, for options nvme-cli
+# lacks (fast_io_fail_tmo); prints the controller name (nvmeN). The controller stays.
+fabrics_connect() {
+	local line
+	line=$(
+		exec 2>&1
+		exec 3<>/dev/nvme-fabrics || exit 1
+		printf '%s' "$1" >&3 || exit 1
+		read -r -u 3 l && echo "$l"
+	) || { ktap_diag "connect $1: ${line##*: }"; return 1; }
+	line=${line#instance=}
+	echo "nvme${line%%,*}"
+}
+
+# ctrl_state CTRL: the controller's state (live, connecting, resetting...), or "gone".
+ctrl_state() { cat "/sys/class/nvme/$1/state" 2>/dev/null || echo gone; }
+
+# Port 1 without (disable) and with (enable) its subsystems: unlinking the last one disables
+# the port, so nvmet-rdma stops listening and drops its connections.
+target_port_disable() {
+	rm -f "$NVMET_CFS"/ports/1/subsystems/*
+}
+
+target_port_enable() {
+	local nqn
+	for nqn in "$NQN_NULL" "$NQN_FILE" "$NQN_NULL2"; do
+		[ -e "$NVMET_CFS/ports/1/subsystems/$nqn" ] ||
+			ln -s "$NVMET_CFS/subsystems/$nqn" "$NVMET_CFS/ports/1/subsystems/$nqn" || return 1
+	done
+}
+
+# probe_start DEV: read one 4 KiB block with direct I/O in a loop, logging each completion's
+# time (seconds since boot) to $PROBE_LOG; probe_first_after T prints the first completion after
+# T; probe_stop ends it. A read issued while the controller reconnects completes when it is back,
+# so the probe measures when I/O resumes, as an application sees it.
+now() { cut -d' ' -f1 /proc/uptime; }
+
+probe_start() {
+	PROBE_LOG=$(mktemp /tmp/rsrdma-probe.XXXXXX)
+	(
+		while :; do
+			dd if="$1" of=/dev/null bs=4k count=1 iflag=direct skip=$((RANDOM % 1024)) \
+				2>/dev/null && now
+		done
+	) >"$PROBE_LOG" &
+	PROBE_PID=$!
+}
+
+probe_stop() {
+	[ -n "${PROBE_PID:-}" ] && kill "$PROBE_PID" 2>/dev/null && wait "$PROBE_PID" 2>/dev/null
+	PROBE_PID=
+	rm -f "$PROBE_LOG"
+}
+
+probe_first_after() {
+	awk -v t="$1" '$1 > t { print $1; exit }' "$PROBE_LOG"
 }

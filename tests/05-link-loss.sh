@@ -1,0 +1,248 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# rsrdma-timeout: 1800
+#
+# Link loss with I/O running and verified throughout: netdev flaps, RDMA device removal and
+# re-add, target port removal and re-add, an nvmet-rdma reload; every old RKEY must be gone
+# after each recovery, and no I/O may fail or read back wrong. Then the timeouts: link down
+# longer than fast_io_fail_tmo (I/O fails fast, then resumes), and longer than ctrl_loss_tmo
+# (the controller is deleted, nothing hangs); and reset and delete while reconnecting.
+#
+# Per recovery it reports the time from the link (device, port) coming back to the first
+# completed read of a probe that reads in a loop.
+#
+# RSRDMA_FLAPS, RSRDMA_REMOVALS, RSRDMA_PORT_CYCLES set the counts (10, 5, 5).
+set -u
+. "$(dirname "$0")/lib/common.sh"
+
+FLAPS=${RSRDMA_FLAPS:-10}
+REMOVALS=${RSRDMA_REMOVALS:-5}
+PORT_CYCLES=${RSRDMA_PORT_CYCLES:-5}
+RECOVERY_TIMEOUT=60
+
+cleanup() {
+	[ -n "${FIO_PID:-}" ] && kill -INT "$FIO_PID" 2>/dev/null
+	probe_stop
+	ip link set "$RXE_NETDEV" up 2>/dev/null
+	host_disconnect_all >/dev/null 2>&1
+	rsrdma_unload >/dev/null 2>&1
+	target_teardown >/dev/null 2>&1
+	rxe_teardown >/dev/null 2>&1
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+# RKEYs of the MRs our module holds, as the RDMA core lists them.
+our_rkeys() {
+	rdma resource show mr 2>/dev/null | grep nvme_rsrdma | grep -o 'rkey 0x[0-9a-f]*' | cut -d' ' -f2 | sort
+}
+
+# in_state CTRL STATE: whether CTRL is in STATE now (for wait_for, which re-runs it).
+in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }
+probed_after() { [ -n "$(probe_first_after "$1")" ]; }
+
+# recovered CTRL T: wait until CTRL is live and the probe completed a read after time T; print
+# the milliseconds from T to that read. Non-zero if that did not happen in time.
+recovered() {
+	local ctrl=$1 t=$2 first
+	wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live || return 1
+	wait_for 30 probed_after "$t" || return 1
+	first=$(probe_first_after "$t")
+	awk -v a="$t" -v b="$first" 'BEGIN { printf "%d\n", (b - a) * 1000 }'
+}
+
+# stats NAME MS...: median and max of the recovery times, as a diagnostic line.
+stats() {
+	local name=$1
+	shift
+	printf '%s\n' "$@" | sort -n | awk -v n="$name" '
+		{ v[NR] = $1 } END { if (NR) printf "# %s: %d recoveries, link back to first I/O: median %d ms, max %d ms\n",
+			n, NR, v[int((NR + 1) / 2)], v[NR] }'
+}
+
+# cycle NAME CTRL DOWN_CMD UP_CMD: one outage with the probe and fio running: DOWN_CMD, UP_CMD,
+# then recovery. Sets CYCLE_MS; checks that the RKEYs from before the outage are gone.
+cycle() {
+	local name=$1 ctrl=$2 down=$3 up=$4 before after t k
+	before=$(our_rkeys)
+	eval "$down" || { ktap_diag "$name: '$down' failed"; return 1; }
+	eval "$up" || { ktap_diag "$name: '$up' failed"; return 1; }
+	t=$(now)
+	CYCLE_MS=$(recovered "$ctrl" "$t") || {
+		ktap_diag "$name: no recovery within ${RECOVERY_TIMEOUT} s (state $(ctrl_state "$ctrl"))," \
+			"back at $t, last probe read at $(tail -n1 "$PROBE_LOG"), probe $(kill -0 "$PROBE_PID" 2>/dev/null && echo alive || echo dead)"
+		return 1
+	}
+	after=$(our_rkeys)
+	for k in $before; do
+		if grep -qx "$k" <<<"$after"; then
+			ktap_diag "$name: old rkey $k still registered (now: $(tr '\n' ' ' <<<"$after"))"
+			return 1
+		fi
+	done
+	ktap_diag "$name: rkeys $(tr '\n' ' ' <<<"$before")-> $(tr '\n' ' ' <<<"$after"), I/O back after $CYCLE_MS ms"
+}
+
+ktap_header
+ktap_plan 16
+
+rxe_setup && target_setup && rsrdma_load || {
+	ktap_diag "set-up failed"
+	leftovers | ktap_diag
+	exit 1
+}
+dmesg_mark
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_debug/control
+
+timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
+	--reconnect-delay=1 --ctrl-loss-tmo=120 | ktap_diag
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+ctrl=$(basename "$(dirname "$(grep -lx "$NQN_NULL" /sys/class/nvme/nvme*/subsysnqn | head -n1)")")
+ktap_diag "$dev on $ctrl, rkeys $(our_rkeys | tr '\n' ' ')"
+probe_start "$dev"
+
+# --- netdev flaps --------------------------------------------------------------------------------
+fio_start "$dev" --size=16m
+ms=() ok=1
+for ((i = 1; i <= FLAPS; i++)); do
+	secs=$((1 + (i - 1) % 3))
+	if cycle "flap $i (down ${secs} s)" "$ctrl" "ip link set $RXE_NETDEV down; sleep $secs" \
+		"ip link set $RXE_NETDEV up"; then
+		ms+=("$CYCLE_MS")
+	else
+		ok=0
+		break
+	fi
+	sleep 2
+done
+stats "netdev flaps" "${ms[@]}"
+((ok)) && ktap_ok "$FLAPS netdev flaps: every one recovered, old RKEYs gone" ||
+	ktap_fail "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
+fio_stop && ktap_ok "netdev flaps: fio verify saw no error" || ktap_fail "netdev flaps: fio verify saw no error"
+
+# --- RDMA device removal and re-add ---------------------------------------------------------
+fio_start "$dev" --size=16m
+ms=() ok=1
+for ((i = 1; i <= REMOVALS; i++)); do
+	# The target shares the device: nvmet-rdma drops its listener when the device goes, so
+	# its port is re-enabled once the device is back (a separate target would not notice).
+	if cycle "device removal $i" "$ctrl" "timeout 60 rdma link delete $RXE_NAME; sleep 1" \
+		"rdma link add $RXE_NAME type rxe netdev $RXE_NETDEV && target_port_disable && target_port_enable"; then
+		ms+=("$CYCLE_MS")
+	else
+		ok=0
+		break
+	fi
+	sleep 2
+done
+stats "device removals" "${ms[@]}"
+((ok)) && ktap_ok "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected" ||
+	ktap_fail "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
+fio_stop && ktap_ok "device removals: fio verify saw no error" || ktap_fail "device removals: fio verify saw no error"
+
+# --- target port removal and re-add, nvmet-rdma reload -----------------------------------------
+fio_start "$dev" --size=16m
+ms=() ok=1
+for ((i = 1; i <= PORT_CYCLES; i++)); do
+	if cycle "target port removal $i" "$ctrl" "target_port_disable; sleep 2" target_port_enable; then
+		ms+=("$CYCLE_MS")
+	else
+		ok=0
+		break
+	fi
+	sleep 2
+done
+stats "target port removals" "${ms[@]}"
+((ok)) && ktap_ok "$PORT_CYCLES target port removals" || ktap_fail "$PORT_CYCLES target port removals"
+if cycle "nvmet-rdma reload" "$ctrl" "target_port_disable; modprobe -r nvmet_rdma; sleep 1" \
+	"modprobe nvmet_rdma && target_port_enable"; then
+	ktap_ok "nvmet-rdma module reload"
+else
+	ktap_fail "nvmet-rdma module reload"
+fi
+fio_stop && ktap_ok "target port removals: fio verify saw no error" || ktap_fail "target port removals: fio verify saw no error"
+
+# --- reset while live, with I/O -----------------------------------------------------------------
+fio_start "$dev" --size=16m
+before=$(our_rkeys)
+t=$(now)
+timeout 60 nvme reset "/dev/$ctrl" 2>&1 | ktap_diag
+if ms1=$(recovered "$ctrl" "$t"); then
+	ktap_diag "reset: I/O back after $ms1 ms, rkeys $(tr '\n' ' ' <<<"$before")-> $(our_rkeys | tr '\n' ' ')"
+	ktap_ok "nvme reset with I/O running"
+else
+	ktap_fail "nvme reset with I/O running"
+fi
+fio_stop && ktap_ok "reset: fio verify saw no error" || ktap_fail "reset: fio verify saw no error"
+probe_stop
+host_disconnect_all
+
+# --- link down longer than fast_io_fail_tmo ---------------------------------------------------
+# keep_alive_tmo is long so that the target keeps the association through the outage.
+opts="transport=rsrdma,traddr=$TARGET_ADDR,trsvcid=$TARGET_PORT,nqn=$NQN_NULL,keep_alive_tmo=30"
+ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60,fast_io_fail_tmo=1")
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+ktap_diag "fast_io_fail_tmo=1: $dev on ${ctrl:-none}"
+ip link set "$RXE_NETDEV" down
+sleep 3
+t0=$(date +%s%N)
+timeout 30 dd if="$dev" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null
+rc=$?
+fail_ms=$((($(date +%s%N) - t0) / 1000000))
+ktap_diag "read during the outage: status $rc after $fail_ms ms (state $(ctrl_state "$ctrl"))"
+if ((rc != 0 && rc != 124 && fail_ms < 5000)); then
+	ktap_ok "link down longer than fast_io_fail_tmo: I/O fails fast"
+else
+	ktap_fail "link down longer than fast_io_fail_tmo: I/O fails fast"
+fi
+ip link set "$RXE_NETDEV" up
+wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
+ktap_check "after fast_io_fail: I/O resumes when the link returns" fio_verify "$dev" 3 --size=8m
+host_disconnect_all
+
+# --- link down longer than ctrl_loss_tmo --------------------------------------------------------
+ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=3")
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+ktap_diag "ctrl_loss_tmo=3: $dev on ${ctrl:-none}"
+(timeout 60 dd if="$dev" of=/dev/null bs=1M count=64 iflag=direct 2>/dev/null; echo $? >/tmp/rsrdma-dd.rc) &
+dd_pid=$!
+ip link set "$RXE_NETDEV" down
+start=$SECONDS
+wait_for 30 in_state "$ctrl" gone
+gone_after=$((SECONDS - start))
+wait "$dd_pid"
+dd_rc=$(cat /tmp/rsrdma-dd.rc 2>/dev/null)
+ktap_diag "controller gone after ${gone_after} s; reader status ${dd_rc:-none}"
+ip link set "$RXE_NETDEV" up
+if [ "$(ctrl_state "$ctrl")" = gone ] && ((gone_after < 20)) && [ -n "$dd_rc" ] && [ "$dd_rc" != 0 ] &&
+	[ "$dd_rc" != 124 ]; then
+	ktap_ok "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
+else
+	ktap_fail "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
+fi
+
+# --- reset and delete while reconnecting -------------------------------------------------------
+wait_for 30 _rxe_active
+ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60")
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+ip link set "$RXE_NETDEV" down
+wait_for 30 in_state "$ctrl" connecting
+out=$(timeout 30 nvme reset "/dev/$ctrl" 2>&1)
+ktap_diag "reset while $(ctrl_state "$ctrl"): ${out:-accepted}"
+ktap_check "reset while reconnecting is refused or handled, controller intact" \
+	test "$(ctrl_state "$ctrl")" = connecting -o "$(ctrl_state "$ctrl")" = resetting
+start=$SECONDS
+timeout 60 nvme disconnect -d "$ctrl" 2>&1 | ktap_diag
+wait_for 30 in_state "$ctrl" gone
+ktap_diag "deleted while reconnecting in $((SECONDS - start)) s"
+ktap_check "delete while reconnecting" test "$(ctrl_state "$ctrl")" = gone
+ip link set "$RXE_NETDEV" up
+wait_for 30 _rxe_active
+
+ktap_check "module unloads" rsrdma_unload
+ktap_check "kernel log clean" dmesg_check_clean
+ktap_finish
