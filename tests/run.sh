@@ -4,6 +4,7 @@
 # `make test`: everything, from the host. Phases, each timed:
 #   deps      scripts/deps.sh
 #   kernel    the cached guest kernel (scripts/kernel.sh $KERNEL), or check KDIR=
+#   lint      scripts/lint.sh: rustfmt, clippy, checkpatch, SAFETY comments (KTAP, counted)
 #   module    make modules
 #   host      host unit tests: cargo test --manifest-path tests/host/Cargo.toml
 #   guest     boot the guest (scripts/vm.sh) and run tests/guest-suite.sh in it
@@ -64,10 +65,30 @@ kernel_phase() {
 		scripts/kernel.sh "${KERNEL:-default}" >/dev/null
 	fi
 }
+# --- lint: rustfmt, clippy, checkpatch, SAFETY comments (before the module build, which then
+# rebuilds with rustc what clippy-driver built) ---
+lint_phase() {
+	local kdir p f
+	if [ -n "${KDIR:-}" ]; then
+		kdir=$(scripts/check-kdir.sh "$KDIR") || return 1
+	else
+		kdir=$(scripts/kernel.sh "${KERNEL:-default}") || return 1
+	fi
+	scripts/lint.sh "$kdir" | tee "$out/lint.ktap"
+	p=$(grep -c '^ok ' "$out/lint.ktap") f=$(grep -c '^not ok ' "$out/lint.ktap")
+	passed=$((passed + p)) failed=$((failed + f))
+	summary_lines+=("$( ((f)) && echo "not ok" || echo "ok") lint: $p passed, $f failed")
+	((f == 0))
+}
+
 if ! phase kernel kernel_phase; then
 	failed=$((failed + 1)) build_ok=0
 	summary_lines+=("not ok kernel: no usable guest kernel")
-elif ! phase module make --no-print-directory modules; then
+elif ! phase lint lint_phase && ! grep -q '^ok\|^not ok' "$out/lint.ktap" 2>/dev/null; then
+	failed=$((failed + 1))
+	summary_lines+=("not ok lint: could not run")
+fi
+if ((build_ok)) && ! phase module make --no-print-directory modules; then
 	failed=$((failed + 1)) build_ok=0
 	summary_lines+=("not ok module: make modules failed")
 fi

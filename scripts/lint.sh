@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The checks a reviewer runs first, as one KTAP document: rustfmt (kernel configuration),
+# clippy with the kernel's lint set (a CLIPPY=1 module build with the distribution's
+# clippy-driver, which matches the rustc the kernel was built with), checkpatch on the C glue,
+# clippy on the host crate, and SAFETY comments on every unsafe block.
+#
+#   scripts/lint.sh KDIR
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+kdir=${1:?usage: lint.sh KDIR}
+cd "$repo" || exit 1
+n=0 failed=0
+
+check() { # NAME CMD...: one KTAP case from CMD's status; its output as diagnostics on failure
+	local name=$1 out rc=0
+	shift
+	n=$((n + 1))
+	out=$("$@" 2>&1) || rc=$?
+	if ((rc == 0)); then
+		echo "ok $n $name"
+	else
+		failed=$((failed + 1))
+		sed 's/^/# /' <<<"$out" | head -n 40
+		echo "not ok $n $name"
+	fi
+}
+
+rust_sources=(rust/*.rs rust/proto/*.rs)
+rust_sources=("${rust_sources[@]/rust\/bindings_generated.rs/}")
+rust_sources=("${rust_sources[@]/rust\/layout_generated.rs/}")
+
+rustfmt_check() {
+	rustfmt --edition 2021 --config-path "$kdir/.rustfmt.toml" --check rust/rsrdma.rs
+}
+
+clippy_module() {
+	# A fresh build of the Rust object under clippy-driver; warnings are errors (RSRDMA_WERROR).
+	local out rc=0
+	touch rust/rsrdma.rs
+	out=$(make -s -C "$kdir" M="$repo" RUSTC="$RUSTC" BINDGEN=bindgen CLIPPY=1 \
+		CLIPPY_DRIVER=/usr/bin/clippy-driver RSRDMA_WERROR=1 modules 2>&1) || rc=$?
+	grep -E '^(error|warning)' -A8 <<<"$out"
+	((rc == 0)) && ! grep -qE '^(error|warning)' <<<"$out"
+}
+
+checkpatch() {
+	"$kdir/scripts/checkpatch.pl" --no-tree --quiet -f rust/glue.c rust/glue.h rust/layout.c \
+		rust/bindings_helper.h
+}
+
+clippy_host() {
+	cargo clippy -q --manifest-path tests/host/Cargo.toml --all-targets -- -D warnings
+}
+
+safety_comments() {
+	# Every `unsafe {` has a SAFETY comment within the three lines above it.
+	local missing
+	missing=$(awk 'FNR == 1 { a = b = c = "" }
+		/unsafe[[:space:]]*\{/ && $0 !~ /SAFETY/ && a b c !~ /SAFETY/ { print FILENAME ":" FNR }
+		{ a = b; b = c; c = $0 }' "${rust_sources[@]}")
+	[ -z "$missing" ] || { echo "unsafe blocks without a SAFETY comment:"; echo "$missing"; return 1; }
+}
+
+echo "KTAP version 1"
+echo "1..5"
+check "rustfmt" rustfmt_check
+check "clippy (module, kernel lints)" clippy_module
+check "checkpatch (C glue)" checkpatch
+check "clippy (host crate)" clippy_host
+check "SAFETY comment on every unsafe block" safety_comments
+echo "# lint: $((n - failed)) passed, $failed failed"
+((failed == 0))
