@@ -25,16 +25,17 @@ cleanup() {
 	probe_stop
 	ip link set "$RXE_NETDEV" up 2>/dev/null
 	host_disconnect_all >/dev/null 2>&1
-	rsrdma_unload >/dev/null 2>&1
+	host_unload >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
 	rxe_teardown >/dev/null 2>&1
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# RKEYs of the MRs our module holds, as the RDMA core lists them.
+# RKEYs of the MRs the host transport holds, as the RDMA core lists them.
 our_rkeys() {
-	rdma resource show mr 2>/dev/null | grep nvme_rsrdma | grep -o 'rkey 0x[0-9a-f]*' | cut -d' ' -f2 | sort
+	rdma resource show mr 2>/dev/null | grep -E 'nvme_(rsrdma|rdma)' | grep -o 'rkey 0x[0-9a-f]*' |
+		cut -d' ' -f2 | sort
 }
 
 # in_state CTRL STATE: whether CTRL is in STATE now (for wait_for, which re-runs it).
@@ -86,16 +87,16 @@ cycle() {
 ktap_header
 ktap_plan 16
 
-rxe_setup && target_setup && rsrdma_load || {
+rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
 	leftovers | ktap_diag
 	exit 1
 }
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_debug/control
+echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_debug/control 2>/dev/null
 
-timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
 	--reconnect-delay=1 --ctrl-loss-tmo=120 | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
@@ -181,7 +182,7 @@ host_disconnect_all
 
 # --- link down longer than fast_io_fail_tmo ---------------------------------------------------
 # keep_alive_tmo is long so that the target keeps the association through the outage.
-opts="transport=rsrdma,traddr=$TARGET_ADDR,trsvcid=$TARGET_PORT,nqn=$NQN_NULL,keep_alive_tmo=30"
+opts="transport=$HOST_TRANSPORT,traddr=$TARGET_ADDR,trsvcid=$TARGET_PORT,nqn=$NQN_NULL,keep_alive_tmo=30"
 ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60,fast_io_fail_tmo=1")
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
@@ -243,6 +244,6 @@ ktap_check "delete while reconnecting" test "$(ctrl_state "$ctrl")" = gone
 ip link set "$RXE_NETDEV" up
 wait_for 30 _rxe_active
 
-ktap_check "module unloads" rsrdma_unload
+ktap_check "module unloads" host_unload
 ktap_check "kernel log clean" dmesg_check_clean
 ktap_finish

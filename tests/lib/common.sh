@@ -283,6 +283,31 @@ target_teardown() {
 }
 
 # ---- host --------------------------------------------------------------------------------------
+# The host transport under test. RSRDMA_HOST=c runs a test against the kernel's C nvme-rdma
+# instead (transport "rdma"), for comparison; it is not part of the suite.
+if [ "${RSRDMA_HOST:-}" = c ]; then
+	HOST_TRANSPORT=rdma
+else
+	HOST_TRANSPORT=rsrdma
+fi
+export HOST_TRANSPORT
+
+# host_load / host_unload: the host transport under test (our module, or the C nvme-rdma).
+host_load() {
+	if [ "${RSRDMA_HOST:-}" = c ]; then
+		modprobe nvme-rdma
+	else
+		rsrdma_load "$@"
+	fi
+}
+
+host_unload() {
+	if [ "${RSRDMA_HOST:-}" = c ]; then
+		module_unload nvme_rdma
+	else
+		rsrdma_unload
+	fi
+}
 
 rsrdma_load() {
 	modprobe -a nvme-fabrics rdma_cm || { ktap_diag "modprobe nvme-fabrics rdma_cm failed"; return 1; }
