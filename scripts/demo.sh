@@ -52,6 +52,13 @@ lsmod | grep -E '^(Module|nvme_rsrdma|nvme_fabrics|nvme_core|rdma_cm|ib_core) '
 for p in /sys/module/nvme_rsrdma/parameters/*; do echo "  parameter ${p##*/}=$(cat "$p")"; done
 echo "fabrics transport:"
 dmesg_since_mark | grep -E 'nvme_rsrdma: .*(registered|loading)' | sed 's/^/  /'
+# The debug trace of connection set-up (CM events, queues, pool registration and RKEY,
+# recovery), through dynamic debug; the per-command class "io" stays off (one line per I/O).
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+for class in cm queue pool recovery; do
+	echo "module nvme_rsrdma func rsrdma_dbg_$class +p" >/sys/kernel/debug/dynamic_debug/control
+done
+echo "dynamic debug on: $(grep -c 'nvme_rsrdma.*=p' /sys/kernel/debug/dynamic_debug/control) call sites (cm, queue, pool, recovery)"
 
 step "connect: nvme connect -t rsrdma -a $TARGET_ADDR -s $TARGET_PORT -n $NQN_NULL"
 dev=
