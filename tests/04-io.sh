@@ -47,7 +47,7 @@ queues_used() { # DEV
 }
 
 ktap_header
-ktap_plan 12
+ktap_plan 14
 
 rxe_setup && target_setup && rsrdma_load || {
 	ktap_diag "set-up failed"
@@ -119,5 +119,43 @@ else
 fi
 
 host_disconnect_all
+
+# --- in-capsule data ----------------------------------------------------------------------------
+# nvmet-rdma advertises in-capsule data (SGLS bit 20, inline_data_size = a page): 4 KiB writes on
+# I/O queues travel inside the command capsule; the io debug class says so per command.
+timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+echo 'module nvme_rsrdma func rsrdma_dbg_io +p' >/sys/kernel/debug/dynamic_debug/control
+before=$(dmesg | grep -c 'bytes in capsule')
+head -c 4096 /dev/urandom >/tmp/rsrdma-4k
+dd if=/tmp/rsrdma-4k of="$dev" bs=4k count=1 oflag=direct seek=7 2>/dev/null
+dd if="$dev" of=/tmp/rsrdma-4k.back bs=4k count=1 iflag=direct skip=7 2>/dev/null
+echo 'module nvme_rsrdma func rsrdma_dbg_io -p' >/sys/kernel/debug/dynamic_debug/control
+after=$(dmesg | grep -c 'bytes in capsule')
+dmesg | grep 'bytes in capsule' | tail -n 1 | ktap_diag
+if ((after > before)) && cmp -s /tmp/rsrdma-4k /tmp/rsrdma-4k.back; then
+	ktap_ok "4 KiB write goes in the command capsule and reads back"
+else
+	ktap_fail "4 KiB write goes in the command capsule and reads back"
+fi
+host_disconnect_all
+
+# --- write and poll queues ----------------------------------------------------------------------
+dmesg_mark_io=$(dmesg | wc -l)
+timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
+	--nr-write-queues=1 --nr-poll-queues=1 | ktap_diag
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+mapped=$(dmesg | tail -n +"$dmesg_mark_io" | grep -m1 'default/read/poll queues')
+ktap_diag "${mapped:-no queue map line}"
+if grep -qE 'mapped [0-9]+/[0-9]+/1 default/read/poll' <<<"$mapped" &&
+	fio_verify "$dev" "$SECS" --bs=4k --iodepth=8 --hipri --size=8m; then
+	ktap_ok "write and poll queues: polled I/O verifies"
+else
+	ktap_fail "write and poll queues: polled I/O verifies"
+fi
+host_disconnect_all
+
 ktap_check "kernel log clean" dmesg_check_clean
 ktap_finish
