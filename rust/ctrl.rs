@@ -17,6 +17,7 @@ use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
+use crate::stats::{CtrlStats, DebugDir};
 use crate::sync::ConnCell;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -80,6 +81,12 @@ pub(crate) struct RdmaCtrl {
     #[pin]
     recovery: Mutex<Recovery>,
     pub(crate) reconnects: AtomicU64,
+    #[pin]
+    stats: CtrlStats,
+    /// RKEY of the pool's current registration, 0 when not registered.
+    rkey: AtomicU32,
+    #[pin]
+    debugfs: Mutex<Option<DebugDir>>,
 }
 
 // SAFETY: the embedded core structures are designed for concurrent use under the core's own
@@ -126,6 +133,15 @@ impl RdmaCtrl {
 
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    pub(crate) fn stats(&self) -> &CtrlStats {
+        &self.stats
+    }
+
+    /// RKEY of the pool's current registration, 0 when not registered.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey.load(Ordering::Relaxed)
     }
 
     pub(crate) fn queue(&self, qid: u16) -> &Queue {
@@ -253,6 +269,10 @@ impl RdmaCtrl {
             return Err(errno::EOPNOTSUPP());
         }
         let pd = Pd::new(dev)?;
+        self.stats
+            .device
+            .lock()
+            .set(format_args!("{} port {}", dev.name(), port));
         // SAFETY: set-up work, no connection installed: nothing else uses the cell.
         unsafe {
             self.conn.replace(Some(CtrlConn {
@@ -273,6 +293,7 @@ impl RdmaCtrl {
         dev: *mut bindings::device,
         opts: Options,
         ops: *const bindings::nvme_ctrl_ops,
+        debugfs_root: *mut bindings::dentry,
     ) -> Result<&'static RdmaCtrl> {
         crate::options::validate(opts)?;
         opts.default_trsvcid(c_str!("4420"))?;
@@ -371,6 +392,9 @@ impl RdmaCtrl {
                 listed: AtomicBool::new(false),
                 recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkey: 0 }),
                 reconnects: AtomicU64::new(0),
+                stats <- CtrlStats::new(),
+                rkey: AtomicU32::new(0),
+                debugfs <- kernel::new_mutex!(None),
             }? Error),
             GFP_KERNEL,
         )?;
@@ -414,6 +438,8 @@ impl RdmaCtrl {
             u32::from(n.sqsize()) + 1,
             ctrl.pool.total_size() >> 10
         );
+        // SAFETY: the directory is removed in `delete_ctrl`, before the controller is freed.
+        *ctrl.debugfs.lock() = Some(unsafe { DebugDir::new(debugfs_root, n.name(), ctrl) });
         Ok(ctrl)
     }
 
@@ -601,6 +627,8 @@ impl RdmaCtrl {
             );
         }
         rec.last_rkey = rkey;
+        drop(rec);
+        self.rkey.store(rkey, Ordering::Relaxed);
         dbg_event!(
             Pool,
             self.nvme().as_ptr(),
@@ -812,6 +840,7 @@ impl RdmaCtrl {
     /// Starts error recovery (once: later calls while resetting are no-ops).
     pub(crate) fn error_recovery(&self, reason: fmt::Arguments<'_>) {
         let n = self.nvme();
+        self.stats.error(reason);
         if !n.change_state(State::Resetting) {
             return;
         }
@@ -925,6 +954,9 @@ impl RdmaCtrl {
                 rec.current = None;
                 drop(rec);
                 self.reconnects.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .last_reconnect_ms
+                    .store(since.max(0) as u64, Ordering::Relaxed);
                 n.set_nr_reconnects(0);
                 log_info!(
                     n.as_ptr(),
@@ -1106,7 +1138,10 @@ unsafe extern "C" fn submit_async_event(nctrl: *mut bindings::nvme_ctrl) {
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: a live controller of ours, being deleted by the core.
-    unsafe { RdmaCtrl::from_nvme(nctrl) }.shutdown(true);
+    let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };
+    // Waits for readers of the stats file.
+    drop(ctrl.debugfs.lock().take());
+    ctrl.shutdown(true);
 }
 
 /// `nvme_ctrl_ops::stop_ctrl`: no transport work may run afterwards.

@@ -5,11 +5,14 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/debugfs.h>
 #include <linux/gfp.h>
 #include <linux/highmem.h>
 #include <linux/inet.h>
 #include <linux/module.h>
+#include <linux/namei.h>
 #include <linux/scatterlist.h>
+#include <linux/seq_file.h>
 #include <net/net_namespace.h>
 
 #include "nvme.h"
@@ -192,6 +195,11 @@ const char *rsrdma_nvmf_ctrl_subsysnqn(struct nvme_ctrl *ctrl)
 	return nvmf_ctrl_subsysnqn(ctrl);
 }
 
+const char *rsrdma_nvme_ctrl_name(struct nvme_ctrl *ctrl)
+{
+	return dev_name(ctrl->device);
+}
+
 /* A reference to @ctrl unless it is already being freed. */
 bool rsrdma_nvme_tryget_ctrl(struct nvme_ctrl *ctrl)
 {
@@ -223,6 +231,23 @@ void rsrdma_set_io_timeout(struct request_queue *q, unsigned int timeout_ms)
 int rsrdma_parse_addr(const char *addr, const char *port, struct __kernel_sockaddr_storage *out)
 {
 	return inet_pton_with_scope(&init_net, AF_UNSPEC, addr, port, out);
+}
+
+/*
+ * Whether module @name is loaded or built in: it has a /sys/module entry. The module list itself
+ * (find_module) is not exported to modules.
+ */
+bool rsrdma_module_present(const char *name)
+{
+	char path[64];
+	struct path p;
+
+	if (snprintf(path, sizeof(path), "/sys/module/%s", name) >= sizeof(path))
+		return false;
+	if (kern_path(path, LOOKUP_FOLLOW, &p))
+		return false;
+	path_put(&p);
+	return true;
 }
 
 unsigned int rsrdma_num_online_cpus(void)
@@ -382,6 +407,35 @@ unsigned long rsrdma_spin_lock_irqsave(spinlock_t *lock)
 void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
 {
 	spin_unlock_irqrestore(lock, flags);
+}
+
+/* debugfs -------------------------------------------------------------------------------- */
+
+struct dentry *rsrdma_debugfs_dir(const char *name, struct dentry *parent)
+{
+	return debugfs_create_dir(name, parent);
+}
+
+static int rsrdma_stats_show(struct seq_file *m, void *unused)
+{
+	return rsrdma_ctrl_show(m, m->private);
+}
+DEFINE_SHOW_ATTRIBUTE(rsrdma_stats);
+
+struct dentry *rsrdma_debugfs_stats(struct dentry *parent, void *ctrl)
+{
+	return debugfs_create_file("stats", 0444, parent, ctrl, &rsrdma_stats_fops);
+}
+
+/* Waits for readers of the files below @dentry to finish. */
+void rsrdma_debugfs_remove(struct dentry *dentry)
+{
+	debugfs_remove(dentry);
+}
+
+void rsrdma_seq_puts(struct seq_file *m, const char *s)
+{
+	seq_puts(m, s);
 }
 
 /* Memory, work items, completions -------------------------------------------------------- */

@@ -62,12 +62,14 @@ int rsrdma_nvme_ctrl_state(struct nvme_ctrl *ctrl);
 void rsrdma_nvme_get_ctrl(struct nvme_ctrl *ctrl);
 void rsrdma_nvme_put_ctrl(struct nvme_ctrl *ctrl);
 const char *rsrdma_nvmf_ctrl_subsysnqn(struct nvme_ctrl *ctrl);
+const char *rsrdma_nvme_ctrl_name(struct nvme_ctrl *ctrl);
 bool rsrdma_nvme_tryget_ctrl(struct nvme_ctrl *ctrl);
 void rsrdma_nvme_auth_stop(struct nvme_ctrl *ctrl);
 int rsrdma_opts_default_trsvcid(struct nvmf_ctrl_options *opts, const char *trsvcid);
 void rsrdma_set_io_timeout(struct request_queue *q, unsigned int timeout_ms);
 int rsrdma_parse_addr(const char *addr, const char *port, struct __kernel_sockaddr_storage *out);
 unsigned int rsrdma_num_online_cpus(void);
+bool rsrdma_module_present(const char *name);
 void rsrdma_nvmf_complete_timed_out_request(struct request *rq);
 
 /* RDMA CM and verbs macros and inlines. */
@@ -108,6 +110,18 @@ void rsrdma_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len);
 void rsrdma_spin_lock_init(spinlock_t *lock);
 unsigned long rsrdma_spin_lock_irqsave(spinlock_t *lock);
 void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
+
+/*
+ * debugfs: a directory per controller under /sys/kernel/debug/nvme_rsrdma/ with a "stats"
+ * file whose content rsrdma_ctrl_show() (Rust) writes through rsrdma_seq_puts().
+ */
+struct dentry;
+struct seq_file;
+struct dentry *rsrdma_debugfs_dir(const char *name, struct dentry *parent);
+struct dentry *rsrdma_debugfs_stats(struct dentry *parent, void *ctrl);
+void rsrdma_debugfs_remove(struct dentry *dentry);
+void rsrdma_seq_puts(struct seq_file *m, const char *s);
+int rsrdma_ctrl_show(struct seq_file *m, void *ctrl);
 
 /* Memory, work items, completions. */
 void *rsrdma_alloc_chunk(unsigned int order, int node);

@@ -140,6 +140,12 @@ pub(crate) fn dropin() -> bool {
     unsafe { bindings::rsrdma_dropin }
 }
 
+/// Whether kernel module `name` is loaded (or built in).
+pub(crate) fn module_present(name: &kernel::str::CStr) -> bool {
+    // SAFETY: a NUL-terminated name; the glue only looks the path up.
+    unsafe { bindings::rsrdma_module_present(name.as_char_ptr()) }
+}
+
 /// The per-tag slot size in bytes (`slot_kib`).
 pub(crate) fn slot_bytes() -> u32 {
     // SAFETY: a module parameter, read-only (0444) after load.

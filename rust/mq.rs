@@ -427,7 +427,22 @@ unsafe extern "C" fn queue_rq(
     unsafe { bindings::rsrdma_nvme_start_request(rq) };
 
     match submit(queue, conn, rq, req) {
-        Ok(()) => BLK_STS_OK,
+        Ok(()) => {
+            // SAFETY: a started request of ours.
+            let (len, write) = unsafe {
+                (
+                    bindings::rsrdma_rq_payload_bytes(rq),
+                    bindings::rsrdma_rq_is_write(rq),
+                )
+            };
+            let len = if req.data_offset.load(Ordering::Relaxed) == NO_DATA {
+                0
+            } else {
+                len
+            };
+            queue.stats().sent(len, write);
+            BLK_STS_OK
+        }
         Err(e) => {
             unmap_data(ctrl, queue.qid(), rq, req, false);
             if e == EAGAIN {
@@ -472,6 +487,7 @@ unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
         )
     };
     unmap_data(queue.ctrl(), queue.qid(), rq, req, ok && !is_write);
+    queue.stats().completed(ok);
     // SAFETY: as above.
     unsafe { bindings::nvme_complete_rq(rq) };
 }

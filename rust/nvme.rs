@@ -126,6 +126,12 @@ impl Ctrl {
         Options(self.raw().opts)
     }
 
+    /// The controller's device name, e.g. `nvme0`.
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: alive; the device name lives as long as the controller.
+        unsafe { CStr::from_char_ptr(bindings::rsrdma_nvme_ctrl_name(self.as_ptr())) }
+    }
+
     pub(crate) fn subsysnqn(&self) -> &CStr {
         // SAFETY: alive; the NQN lives in the options or the subsystem.
         unsafe { CStr::from_char_ptr(bindings::rsrdma_nvmf_ctrl_subsysnqn(self.as_ptr())) }

@@ -23,6 +23,15 @@ pub(crate) fn validate(opts: Options) -> Result {
         log_err!(core::ptr::null(), "traddr is required");
         return Err(EINVAL);
     }
+    if let Some(port) = opts.trsvcid() {
+        if port.as_bytes().iter().all(|&c| c == b'0') {
+            log_err!(
+                core::ptr::null(),
+                "trsvcid: port 0 is not a valid NVMe/RDMA port"
+            );
+            return Err(EINVAL);
+        }
+    }
     if opts.reconnect_delay() == 0 {
         log_err!(
             core::ptr::null(),

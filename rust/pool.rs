@@ -13,7 +13,7 @@ use crate::proto::pool::{chunk_spans, Buddy, PoolLayout, PoolParams, QueueParams
 use crate::rdma::{Device, DmaDir, DmaMap, Mr, Pd};
 use crate::sync::IrqLock;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::ffi::c_void;
 use kernel::prelude::*;
 
@@ -64,6 +64,8 @@ pub(crate) struct Pool {
     #[pin]
     io_large: IrqLock<KBox<Buddy>>,
     large_failures: AtomicU64,
+    slots_in_use: AtomicU32,
+    slots_high: AtomicU32,
 }
 
 // SAFETY: the chunks are plain memory owned by the pool; concurrent access to slices is
@@ -118,6 +120,8 @@ impl Pool {
                         admin_large <- IrqLock::new(admin_buddy),
                         io_large <- IrqLock::new(io_buddy),
                         large_failures: AtomicU64::new(0),
+                        slots_in_use: AtomicU32::new(0),
+                        slots_high: AtomicU32::new(0),
                     }? Error));
                 }
                 Err(e) if chunk_size > MIN_CHUNK && e == ENOMEM => chunk_size /= 2,
@@ -140,6 +144,25 @@ impl Pool {
 
     pub(crate) fn total_size(&self) -> u64 {
         self.layout.total_size()
+    }
+
+    /// Times a large slice could not be allocated (the request was retried later).
+    pub(crate) fn large_failures(&self) -> u64 {
+        self.large_failures.load(Ordering::Relaxed)
+    }
+
+    /// Slots in use and their high-water mark.
+    pub(crate) fn slot_usage(&self) -> (u32, u32) {
+        (
+            self.slots_in_use.load(Ordering::Relaxed),
+            self.slots_high.load(Ordering::Relaxed),
+        )
+    }
+
+    /// In-use bytes and high-water mark of the I/O large area.
+    pub(crate) fn io_large_usage(&self) -> (u64, u64) {
+        let b = self.io_large.lock();
+        (b.in_use_bytes(), b.high_water_bytes())
     }
 
     fn large(&self, qid: u16) -> &IrqLock<KBox<Buddy>> {
@@ -176,7 +199,9 @@ impl Pool {
 
     /// Returns a slice from [`Pool::alloc`].
     pub(crate) fn free(&self, qid: u16, data: DataSlice) {
-        if data.large && !self.large(qid).lock().free(data.slice) {
+        if !data.large {
+            self.slots_in_use.fetch_sub(1, Ordering::Relaxed);
+        } else if !self.large(qid).lock().free(data.slice) {
             crate::glue::log_err!(
                 core::ptr::null(),
                 "pool: bad free of slice {:#x}+{} on queue {}",

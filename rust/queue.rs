@@ -15,9 +15,10 @@ use crate::pool::PoolReg;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
 use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
 use crate::rdma::{self, CmId, Cq, DmaDir, DmaMap, Qp};
+use crate::stats::QueueStats;
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::ffi::c_void;
 use kernel::prelude::*;
 use kernel::sync::Mutex;
@@ -131,8 +132,7 @@ pub(crate) struct Queue {
     reg_cqe: Opaque<WaitCqe>,
     aen_cqe: Opaque<bindings::ib_cqe>,
     conn: ConnCell<Conn>,
-    /// Counters for the trace and statistics.
-    pub(crate) cmds: AtomicU64,
+    stats: QueueStats,
 }
 
 // SAFETY: the raw pointers refer to the owning controller (which outlives the queue) and to
@@ -191,12 +191,16 @@ impl Queue {
             }),
             aen_cqe: Opaque::new(bindings::ib_cqe { done: Some(aen_send_done) }),
             conn: ConnCell::new(),
-            cmds: AtomicU64::new(0),
+            stats: QueueStats::default(),
         }? Error))
     }
 
     pub(crate) fn qid(&self) -> u16 {
         self.qid
+    }
+
+    pub(crate) fn stats(&self) -> &QueueStats {
+        &self.stats
     }
 
     pub(crate) fn ring_depth(&self) -> u32 {
@@ -243,6 +247,17 @@ impl Queue {
     /// to announce. The protection domain is the controller's, created on the device the admin
     /// queue resolves to.
     pub(crate) fn connect(&self, depth: u32) -> Result {
+        self.try_connect(depth).inspect_err(|e| {
+            log_info!(
+                self.nvme(),
+                "queue {}: connecting failed ({:?})",
+                self.qid,
+                e
+            );
+        })
+    }
+
+    fn try_connect(&self, depth: u32) -> Result {
         let ctrl = self.ctrl();
         let nvme = self.nvme();
         if depth > self.ring_depth {
@@ -579,7 +594,6 @@ impl Queue {
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe;
-        self.cmds.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the SGEs name the mapped command ring and (per the contract) registered
         // pool memory; the verbs provider copies the WR before returning.
         unsafe { conn.qp.post_send(&wr) }

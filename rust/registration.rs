@@ -10,6 +10,7 @@ use crate::glue::dbg_event;
 use crate::glue::{log_err, log_info};
 use crate::nvme::Options;
 use crate::rdma::{CmId, Device, EventWatch};
+use crate::stats::DebugDir;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::c_str;
@@ -96,7 +97,7 @@ unsafe extern "C" fn create_ctrl(
     // SAFETY: the core passes options it owns until `create_ctrl` returns (and, on success,
     // until the controller frees them).
     let opts = unsafe { Options::from_raw(opts) };
-    match RdmaCtrl::create(dev, opts, reg.ctrl_ops.get()) {
+    match RdmaCtrl::create(dev, opts, reg.ctrl_ops.get(), reg.debugfs.as_ptr()) {
         Ok(ctrl) => {
             reg.list(ctrl);
             ctrl.nvme().as_ptr()
@@ -125,6 +126,8 @@ pub(crate) struct Registry {
     watches: Mutex<KVec<(Device, Pin<KBox<EventWatch>>)>>,
     #[pin]
     parked: Mutex<KVec<CmId>>,
+    /// `/sys/kernel/debug/nvme_rsrdma`, removed last.
+    debugfs: DebugDir,
 }
 
 // SAFETY: the list is behind a mutex; the ops are immutable after initialization.
@@ -150,6 +153,7 @@ impl Registry {
             ctrl_ops: Opaque::new(ctrl::ctrl_ops(name, module.as_ptr().cast())),
             watches <- kernel::new_mutex!(KVec::new()),
             parked <- kernel::new_mutex!(KVec::new()),
+            debugfs: DebugDir::root(),
         }? Error)
     }
 

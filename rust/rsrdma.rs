@@ -24,6 +24,7 @@ mod proto;
 mod queue;
 mod rdma;
 mod registration;
+mod stats;
 mod sync;
 
 use glue::log_info;
@@ -51,6 +52,15 @@ impl kernel::Module for RsRdma {
         } else {
             c_str!("rsrdma")
         };
+        if glue::dropin() && glue::module_present(c_str!("nvme_rdma")) {
+            // The fabrics core would pick whichever registered "rdma" first: refuse to shadow
+            // the C transport silently.
+            glue::log_err!(
+                core::ptr::null(),
+                "dropin=1: the C nvme_rdma transport is loaded and owns \"rdma\"; unload it first"
+            );
+            return Err(EBUSY);
+        }
         log_info!(core::ptr::null(), "loading, transport \"{}\"", name);
         let registry = KBox::pin_init(Registry::new(name, module), GFP_KERNEL)?;
         registry.as_ref().publish();

@@ -47,7 +47,7 @@ lookup_case() {
 }
 
 ktap_header
-ktap_plan 14
+ktap_plan 15
 
 modprobe -a nvme-fabrics rdma_cm || ktap_diag "modprobe nvme-fabrics rdma_cm failed"
 rsrdma_unload
@@ -135,6 +135,22 @@ if rsrdma_unload && ! _module_loaded nvme_rdma; then
 else
 	ktap_fail "dropin_unload"
 fi
+
+# --- dropin=1 with the C nvme-rdma loaded: refused, not silently shadowing it ---
+modprobe nvme-rdma
+mark="rsrdma-dropin-$RANDOM"
+echo "$mark" >/dev/kmsg
+out=$(insmod "$RSRDMA_KO" dropin=1 2>&1)
+rc=$?
+line=$(dmesg | sed -n "/$mark/,\$p" | grep -m1 'dropin=1: the C nvme_rdma transport is loaded')
+ktap_diag "insmod dropin=1 with nvme_rdma loaded: status $rc: $out; ${line:-no log line}"
+if ((rc != 0)) && [ -n "$line" ] && ! _module_loaded nvme_rsrdma; then
+	ktap_ok "dropin_refused_with_c_rdma_loaded"
+else
+	ktap_fail "dropin_refused_with_c_rdma_loaded"
+	rsrdma_unload
+fi
+module_unload nvme_rdma
 
 # --- the kernel log ---
 ktap_diag "module log lines:"

@@ -1,5 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
+# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Controller lifecycle over the rsrdma transport against the in-kernel nvmet-rdma target:
@@ -13,7 +14,7 @@ CYCLES=${RSRDMA_CONNECT_CYCLES:-20}
 
 cleanup() {
 	host_disconnect_all >/dev/null 2>&1
-	rsrdma_unload >/dev/null 2>&1
+	host_unload >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
 	rxe_teardown >/dev/null 2>&1
 }
@@ -23,7 +24,7 @@ trap 'exit 143' TERM INT
 connect() { # NQN [nvme connect options...]
 	local nqn=$1
 	shift
-	timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$nqn" "$@" 2>&1
+	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$nqn" "$@" 2>&1
 }
 
 disconnect() { # NQN
@@ -63,7 +64,7 @@ rdma_counts() {
 refuse() {
 	local name=$1 opts=$2 want=$3 logre=$4 out result log
 	dmesg_mark
-	out=$(fabrics_probe "transport=rsrdma,$opts")
+	out=$(fabrics_probe "transport=$HOST_TRANSPORT,$opts")
 	result=$(head -n1 <<<"$out")
 	log=$(dmesg_since_mark | grep -E "$logre" | head -n1)
 	ktap_diag "$opts: $result; log: ${log:-none}"
@@ -77,7 +78,7 @@ refuse() {
 ktap_header
 ktap_plan 19
 
-rxe_setup && target_setup && rsrdma_load || {
+rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
 	leftovers | ktap_diag
 	exit 1
@@ -102,7 +103,7 @@ address=$(cat "$c/address" 2>/dev/null)
 state=$(cat "$c/state" 2>/dev/null)
 ktap_diag "${c##*/}: transport=$transport state=$state address=$address"
 ktap_check "sysfs transport, state and address" \
-	test "$transport" = rsrdma -a "$state" = live -a \
+	test "$transport" = "$HOST_TRANSPORT" -a "$state" = live -a \
 	"$address" = "traddr=$TARGET_ADDR,trsvcid=$TARGET_PORT"
 
 list=$(nvme list 2>&1)
@@ -175,7 +176,7 @@ fi
 c=$(ctrl_for "$NQN_NULL")
 assoc="traddr=$TARGET_ADDR,trsvcid=$TARGET_PORT,nqn=$NQN_NULL,hostnqn=$(cat "$c/hostnqn"),hostid=$(cat "$c/hostid")"
 dmesg_mark
-out=$(fabrics_probe "transport=rsrdma,$assoc")
+out=$(fabrics_probe "transport=$HOST_TRANSPORT,$assoc")
 log=$(dmesg_since_mark | grep -m1 'already connected')
 ktap_diag "second connect: $(head -n1 <<<"$out"); ${log:-no log line}"
 if [ "$(head -n1 <<<"$out")" = "error Operation already in progress" ] && [ -n "$log" ]; then
@@ -183,7 +184,7 @@ if [ "$(head -n1 <<<"$out")" = "error Operation already in progress" ] && [ -n "
 else
 	ktap_fail "duplicate connect refused"
 fi
-out=$(fabrics_probe "transport=rsrdma,$assoc,duplicate_connect")
+out=$(fabrics_probe "transport=$HOST_TRANSPORT,$assoc,duplicate_connect")
 ktap_diag "with duplicate_connect: $(head -n1 <<<"$out")"
 ktap_check "duplicate_connect allows a second controller" grep -q '^ok instance=' <<<"$out"
 host_disconnect_all
@@ -191,7 +192,7 @@ host_disconnect_all
 # --- unreachable address -----------------------------------------------------------------------
 dmesg_mark
 start=$(date +%s%N)
-out=$(timeout 60 nvme connect -t rsrdma -a 10.0.2.200 -s "$TARGET_PORT" -n "$NQN_NULL" 2>&1)
+out=$(timeout 60 nvme connect -t "$HOST_TRANSPORT" -a 10.0.2.200 -s "$TARGET_PORT" -n "$NQN_NULL" 2>&1)
 rc=$?
 ms=$((($(date +%s%N) - start) / 1000000))
 ktap_diag "unreachable: status $rc after $ms ms: $out"
@@ -214,7 +215,7 @@ refuse "TCP-only option (hdr_digest)" "$base,hdr_digest" \
 	"Invalid argument" "invalid parameter 'hdr_digest'"
 
 # --- discovery -------------------------------------------------------------------------------
-out=$(timeout 60 nvme discover -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" 2>&1)
+out=$(timeout 60 nvme discover -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" 2>&1)
 ktap_diag "$(grep -E 'subnqn|trtype|traddr' <<<"$out" | sort -u)"
 if grep -q "subnqn: *$NQN_NULL\$" <<<"$out" && grep -q "subnqn: *$NQN_FILE\$" <<<"$out"; then
 	ktap_ok "discovery log page read"

@@ -1,5 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
+# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Data moved through the rsrdma transport: fio with crc32c verification over random reads and
@@ -15,7 +16,7 @@ SPLIT=(--numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split)
 cleanup() {
 	mountpoint -q /tmp/rsrdma-mnt && umount /tmp/rsrdma-mnt
 	host_disconnect_all >/dev/null 2>&1
-	rsrdma_unload >/dev/null 2>&1
+	host_unload >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
 	rxe_teardown >/dev/null 2>&1
 }
@@ -47,16 +48,16 @@ queues_used() { # DEV
 }
 
 ktap_header
-ktap_plan 14
+ktap_plan 15
 
-rxe_setup && target_setup && rsrdma_load || {
+rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
 	leftovers | ktap_diag
 	exit 1
 }
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
 ctrl=$(dirname "$(grep -lx "$NQN_NULL" /sys/class/nvme/nvme*/subsysnqn | head -n1)")
@@ -87,6 +88,18 @@ nr_io=$(ls -d "$ctrl/$pdev"/mq/* 2>/dev/null | wc -l)
 ktap_diag "$io_queues of $nr_io I/O queues used"
 ktap_check "I/O went through every I/O queue" test "$io_queues" -ge 2 -a "$io_queues" = "$nr_io"
 
+# --- statistics ---------------------------------------------------------------------------------
+stats=/sys/kernel/debug/nvme_rsrdma/${ctrl##*/}/stats
+ktap_diag "$(cat "$stats" 2>&1)"
+stats_ok() {
+	local f=$1
+	grep -qE '^rkey: 0x[0-9a-f]*[1-9a-f]' "$f" || return 1
+	grep -qE '^state: Live' "$f" || return 1
+	# Both I/O queues moved data in both directions, nothing in flight once idle.
+	awk '$1 ~ /^[12]$/ && $3 > 0 && $4 > 0 && $6 > 0 && $7 > 0 && $8 == 0 { n++ } END { exit !(n == 2) }' "$f"
+}
+ktap_check "debugfs statistics: RKEY, per-queue commands and bytes, nothing in flight" stats_ok "$stats"
+
 # --- ext4 through the page cache ---------------------------------------------------------------
 ext4_round_trip() {
 	local mnt=/tmp/rsrdma-mnt i
@@ -110,7 +123,7 @@ ext4_round_trip() {
 ktap_check "ext4 files read back after dropping caches match" ext4_round_trip
 
 # --- file-backed namespace ---------------------------------------------------------------------
-timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_FILE" | ktap_diag
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_FILE" | ktap_diag
 if wait_for 30 nvme_dev_for_nqn "$NQN_FILE" >/dev/null; then
 	fdev=$(nvme_dev_for_nqn "$NQN_FILE")
 	ktap_check "fio verify on a file-backed namespace" fio_verify "$fdev" "$SECS" --bs=4k --iodepth=8
@@ -123,7 +136,7 @@ host_disconnect_all
 # --- in-capsule data ----------------------------------------------------------------------------
 # nvmet-rdma advertises in-capsule data (SGLS bit 20, inline_data_size = a page): 4 KiB writes on
 # I/O queues travel inside the command capsule; the io debug class says so per command.
-timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
 echo 'module nvme_rsrdma func rsrdma_dbg_io +p' >/sys/kernel/debug/dynamic_debug/control
@@ -143,7 +156,7 @@ host_disconnect_all
 
 # --- write and poll queues ----------------------------------------------------------------------
 dmesg_mark_io=$(dmesg | wc -l)
-timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
 	--nr-write-queues=1 --nr-poll-queues=1 | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")

@@ -20,10 +20,14 @@
 # results; a test that timed out, died before its plan was met or failed without a failed case
 # counts its missing cases (at least one) as failed. A test that leaves state behind (modules,
 # controllers, RDMA links, target configuration: see leftovers in lib/common.sh) gets one more
-# failed case, and the guest is reset before the next test.
+# failed case, and the guest is reset before the next test. A test after which the kernel log
+# holds a problem report (KASAN, lockdep, RCU stall, hung task, WARN/BUG/Oops, a kmemleak entry
+# naming nvme_rsrdma: kernel_check in lib/common.sh, run after the reset) gets one more failed
+# case, with the report as diagnostics.
 #
 # Files in $RSRDMA_OUT: results.ktap (this output), tests/NAME.log (each test's raw output),
-# tests/NAME.dmesg (the kernel log during the test), and summary, rewritten after every test:
+# tests/NAME.dmesg (the kernel log during the test and its clean-up), tests/NAME.kcheck (the
+# kernel check's diagnostics, when it had any), and summary, rewritten after every test:
 #
 #   passed=P failed=F skipped=S     test case counts, one per line (key=value)
 #   tests=N done=D complete=0|1     selected tests, finished tests, whether the suite ended
@@ -77,6 +81,17 @@ echo "KTAP version 1"
 echo "# nvme-rsrdma guest suite: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo)"
 [ -z "${RSRDMA_TESTS:-}" ] || echo "# RSRDMA_TESTS=$RSRDMA_TESTS"
 echo "1..$total"
+# The debug kernel's checks; what boot leaked is not the tests' (kmemleak baseline).
+checks=$(zgrep -oE '^CONFIG_(KASAN|PROVE_LOCKING|DEBUG_ATOMIC_SLEEP|DEBUG_KMEMLEAK|DEBUG_OBJECTS|RUST_DEBUG_ASSERTIONS|RUST_OVERFLOW_CHECKS)=y' \
+	/proc/config.gz 2>/dev/null | sed 's/^CONFIG_//; s/=y$//' | paste -s -d ' ')
+[ -z "$checks" ] || echo "# kernel checks: $checks"
+if kmemleak_available; then
+	if baseline=$(kmemleak_check); then
+		echo "# kmemleak: $(grep -c 'unreferenced object' <<<"$baseline") suspected leaks from boot cleared"
+	else
+		printf '%s\n' "$baseline"
+	fi
+fi
 write_summary 0
 
 i=0
@@ -87,7 +102,7 @@ for name in "${tests[@]}"; do
 	: >"$log"
 	dmesg_mark
 	start=$SECONDS
-	timeout -k 60 "$t" bash "$here/$name.sh" </dev/null >"$log" 2>&1 &
+	RSRDMA_MODE=$(suite_mode "$name") timeout -k 60 "$t" bash "$(suite_file "$name")" </dev/null >"$log" 2>&1 &
 	pid=$!
 	tail -n +1 -s 0.5 -f --pid="$pid" "$log" 2>/dev/null | indent "$name"
 	wait "$pid"
@@ -123,9 +138,19 @@ for name in "${tests[@]}"; do
 		left=$(leftovers)
 		[ -z "$left" ] || notes+=("still left after the reset: $(echo $left)")
 	fi
+	# Kernel problem reports since the test started, its clean-up included: one more failed case.
+	kcheck=$(kernel_check 2>&1)
+	kcheck_rc=$?
+	dmesg_since_mark >"$out/tests/$name.dmesg"
+	[ -z "$kcheck" ] || printf '%s\n' "$kcheck" >"$out/tests/$name.kcheck"
+	if ((kcheck_rc)); then
+		notes+=("$name: the kernel reported a problem (tests/$name.kcheck, tests/$name.dmesg):")
+		f=$((f + 1))
+	fi
 
 	# Diagnostics about a test go before its result line, where KTAP parsers attribute them.
 	for n in "${notes[@]}"; do echo "# $n"; done
+	[ -z "$kcheck" ] || printf '%s\n' "$kcheck"
 	echo "# $name: pass:$p fail:$f skip:$s in ${secs} s"
 	if ((f)); then
 		status=fail

@@ -11,7 +11,7 @@
 #   target      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems)
 #   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, nvme_dev_for_nqn NQN,
 #               fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
-#   kernel log  dmesg_mark, dmesg_since_mark, dmesg_check_clean
+#   kernel log  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check
 #   misc        wait_for TIMEOUT_S CMD..., run_diag CMD..., fio_verify DEV SECONDS [FIO ARGS...],
 #               module_unload NAME
 #   state       leftovers (what a test left behind), reset_guest (clean all of it)
@@ -283,19 +283,29 @@ target_teardown() {
 }
 
 # ---- host --------------------------------------------------------------------------------------
-# The host transport under test. RSRDMA_HOST=c runs a test against the kernel's C nvme-rdma
-# instead (transport "rdma"), for comparison; it is not part of the suite.
-if [ "${RSRDMA_HOST:-}" = c ]; then
+# The host transport under test: nvme_rsrdma as "rsrdma" (RSRDMA_MODE=rsrdma, the default) or
+# in drop-in mode as "rdma" (RSRDMA_MODE=dropin: loaded with dropin=1, the C nvme_rdma unloaded).
+# RSRDMA_HOST=c runs a test against the kernel's C nvme-rdma instead, for comparison; it is not
+# part of the suite.
+if [ "${RSRDMA_HOST:-}" = c ] || [ "${RSRDMA_MODE:-}" = dropin ]; then
 	HOST_TRANSPORT=rdma
 else
 	HOST_TRANSPORT=rsrdma
 fi
 export HOST_TRANSPORT
 
-# host_load / host_unload: the host transport under test (our module, or the C nvme-rdma).
+# host_load [PARAMS...] / host_unload: the host transport under test. In drop-in mode the C
+# nvme-rdma must stay out: the fabrics core asks modprobe for "nvme-rdma" on every "rdma"
+# connect, so modprobe is told not to load it (as a drop-in user would, see the admin guide).
+DROPIN_MODPROBE_CONF=/etc/modprobe.d/rsrdma-dropin.conf
+
 host_load() {
 	if [ "${RSRDMA_HOST:-}" = c ]; then
 		modprobe nvme-rdma
+	elif [ "${RSRDMA_MODE:-}" = dropin ]; then
+		module_unload nvme_rdma || return 1
+		echo "install nvme_rdma /bin/false" >"$DROPIN_MODPROBE_CONF" || return 1
+		rsrdma_load dropin=1 "$@"
 	else
 		rsrdma_load "$@"
 	fi
@@ -305,6 +315,7 @@ host_unload() {
 	if [ "${RSRDMA_HOST:-}" = c ]; then
 		module_unload nvme_rdma
 	else
+		rm -f "$DROPIN_MODPROBE_CONF"
 		rsrdma_unload
 	fi
 }
@@ -313,7 +324,7 @@ rsrdma_load() {
 	modprobe -a nvme-fabrics rdma_cm || { ktap_diag "modprobe nvme-fabrics rdma_cm failed"; return 1; }
 	[ -f "$RSRDMA_KO" ] || { ktap_diag "$RSRDMA_KO missing: run make modules"; return 1; }
 	insmod "$RSRDMA_KO" "$@" 2>&1 | ktap_diag
-	_module_loaded nvme_rsrdma
+	_module_loaded nvme_rsrdma && _rsrdma_record_text
 }
 
 rsrdma_unload() {
@@ -404,16 +415,88 @@ fabrics_probe() {
 # ---- kernel log --------------------------------------------------------------------------------
 # dmesg_mark writes a unique marker into the kernel log; dmesg_since_mark prints what came after
 # it (all of dmesg if the marker was lost). dmesg_check_clean fails, printing the offending part
-# of the log as diagnostics, if anything after the mark looks like a kernel problem. On kernels
-# with kmemleak, the mark clears earlier reports and the check runs a scan first.
+# of the log as diagnostics, if anything after the mark looks like a kernel problem report
+# (DMESG_BAD: WARN/BUG/Oops, KASAN, UBSAN, lockdep, debugobjects, RCU stalls, hung tasks, Rust
+# panics), or if kmemleak_check finds a leak of ours. The mark clears kmemleak's earlier reports.
+# kernel_check is what the suite runner checks after every test (tests/guest-suite.sh).
 
-DMESG_BAD='WARNING:|BUG:|Oops|KASAN|UBSAN|possible recursive locking|circular locking|INFO: task .* blocked|rcu: INFO|kmemleak|Call Trace'
+DMESG_BAD='WARNING:|BUG:|kernel BUG|Oops|KASAN|UBSAN|ODEBUG|panicked at|Kernel panic|general protection fault|possible recursive locking|circular locking|inconsistent lock state|non-static key|INFO: task .* blocked|rcu: INFO|detected stall|Call Trace'
+# The text of every nvme_rsrdma loaded since boot, one "LOW HIGH" line each (16 hex digits):
+# kmemleak prints the frames of an unloaded module as bare addresses, attributed through these.
+RSRDMA_TEXT_RANGES=/tmp/rsrdma-text-ranges
 _dmesg_mark=
 
+# _kmemleak CMD: write CMD (scan, clear) to kmemleak; non-zero if the kernel has none, or if
+# kmemleak turned itself off.
 _kmemleak() {
 	[ -e /sys/kernel/debug/kmemleak ] ||
 		{ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug 2>/dev/null; }
 	[ -w /sys/kernel/debug/kmemleak ] && echo "$1" >/sys/kernel/debug/kmemleak 2>/dev/null
+}
+
+# kmemleak_available: the kernel has kmemleak (the debug flavour); it may have turned itself off.
+kmemleak_available() {
+	_kmemleak nop 2>/dev/null
+	[ -e /sys/kernel/debug/kmemleak ]
+}
+
+# _rsrdma_record_text: add the loaded nvme_rsrdma's text to RSRDMA_TEXT_RANGES (from its lowest
+# to its highest function symbol, plus a page for the last function).
+_rsrdma_record_text() {
+	local lo hi
+	read -r lo hi < <(awk '$4 == "[nvme_rsrdma]" && $2 ~ /^[tT]$/ { print $1 }' /proc/kallsyms |
+		sort | sed -n '1p;$p' | paste -s -d ' ')
+	[ -n "$lo" ] && [ "$lo" != 0000000000000000 ] || return 0
+	printf '%s %016x\n' "$lo" $((0x${hi:-$lo} + 4096)) >>"$RSRDMA_TEXT_RANGES"
+}
+
+# kmemleak_check: on a kernel with kmemleak, scan twice (an object is reported once it is older
+# than 5 s and unchanged since the previous scan) and show the suspected leaks as diagnostics.
+# Fails if kmemleak is off, or if a leak's allocation backtrace names nvme_rsrdma ("[nvme_rsrdma]",
+# or an address in the text of an nvme_rsrdma loaded earlier); the others are shown, not counted.
+# Then clears them, so that each is shown once. 0 on kernels without kmemleak.
+kmemleak_check() {
+	local f=/sys/kernel/debug/kmemleak leaks ours others
+	kmemleak_available || return 0
+	if ! _kmemleak scan; then
+		ktap_diag "kmemleak is off: $(dmesg | grep -i 'kmemleak' | tail -n 3)"
+		return 1
+	fi
+	sleep 1
+	_kmemleak scan
+	leaks=$(awk -v ranges="$(cat "$RSRDMA_TEXT_RANGES" 2>/dev/null)" '
+		BEGIN {
+			n = split(ranges, r, /[ \n]+/)
+			for (i = 1; i + 1 <= n; i += 2) { lo[++nr] = "0x" r[i]; hi[nr] = "0x" r[i + 1] }
+		}
+		function flush(   i) {
+			for (i = 1; i <= nl; i++) print (mine ? "Y " : "N ") line[i]
+			nl = 0; mine = 0
+		}
+		/^unreferenced object/ { flush() }
+		{
+			line[++nl] = $0
+			if ($0 ~ /\[nvme_rsrdma\]/) mine = 1
+			rest = $0
+			while (match(rest, /0x[0-9a-f]+/)) {
+				a = substr(rest, RSTART, RLENGTH); rest = substr(rest, RSTART + RLENGTH)
+				if (length(a) != 18) continue
+				for (i = 1; i <= nr; i++) if (a >= lo[i] && a < hi[i]) mine = 1
+			}
+		}
+		END { flush() }' "$f")
+	_kmemleak clear
+	ours=$(sed -n 's/^Y //p' <<<"$leaks")
+	others=$(sed -n 's/^N //p' <<<"$leaks")
+	if [ -n "$others" ]; then
+		ktap_diag "kmemleak: $(grep -c '^unreferenced object' <<<"$others") suspected leaks elsewhere (not nvme_rsrdma's, not counted):"
+		head -n 60 <<<"$others" | ktap_diag
+	fi
+	if [ -n "$ours" ]; then
+		ktap_diag "kmemleak: $(grep -c '^unreferenced object' <<<"$ours") suspected leaks allocated by nvme_rsrdma:"
+		head -n 200 <<<"$ours" | ktap_diag
+		return 1
+	fi
 }
 
 dmesg_mark() {
@@ -431,11 +514,8 @@ dmesg_since_mark() {
 }
 
 dmesg_check_clean() {
-	local log
-	if _kmemleak scan; then
-		sleep 1
-		_kmemleak scan || true
-	fi
+	local log rc=0
+	kmemleak_check || rc=1
 	log=$(dmesg_since_mark)
 	if grep -qE "$DMESG_BAD" <<<"$log"; then
 		ktap_diag "kernel log since the mark has problems:"
@@ -443,11 +523,17 @@ dmesg_check_clean() {
 		awk -v re="$DMESG_BAD" '{ l[NR] = $0 } $0 ~ re && !f { f = NR }
 			END { if (f) for (i = (f > 5 ? f - 5 : 1); i <= NR && i < f + 145; i++) print l[i] }' \
 			<<<"$log" | ktap_diag
-		if [ -r /sys/kernel/debug/kmemleak ] && [ -s /sys/kernel/debug/kmemleak ]; then
-			head -n 60 /sys/kernel/debug/kmemleak | ktap_diag
-		fi
-		return 1
+		rc=1
 	fi
+	return $rc
+}
+
+# kernel_check: the suite runner's check after each test and its clean-up, dmesg_check_clean on
+# kmemleak kernels after a wait, so that what the test freed or leaked last is old enough to be
+# reported (kmemleak skips objects younger than 5 s).
+kernel_check() {
+	kmemleak_available && sleep 5
+	dmesg_check_clean
 }
 
 # ---- state ---------------------------------------------------------------------------------------
@@ -466,6 +552,7 @@ leftovers() {
 	rdma link show 2>/dev/null | awk '{ print "rdma link " $2 }'
 	[ -d "$NULLB_CFS" ] && ls "$NULLB_CFS" | grep -v '^features$' | sed 's/^/null_blk /'
 	mountpoint -q "$TARGET_TMPFS" 2>/dev/null && echo "mount $TARGET_TMPFS"
+	[ ! -e "$DROPIN_MODPROBE_CONF" ] || echo "file $DROPIN_MODPROBE_CONF"
 	[ "$(cat /proc/sys/kernel/modprobe)" = /bin/true ] && echo "module autoloading off (fabrics_probe)"
 	return 0
 }
@@ -473,6 +560,7 @@ leftovers() {
 # reset_guest: undo whatever a failed or killed test may have left (see leftovers).
 reset_guest() {
 	[ "$(cat /proc/sys/kernel/modprobe)" = /bin/true ] && echo /sbin/modprobe >/proc/sys/kernel/modprobe
+	rm -f "$DROPIN_MODPROBE_CONF"
 	host_disconnect_all
 	rsrdma_unload
 	target_teardown
@@ -614,4 +702,70 @@ probe_stop() {
 
 probe_first_after() {
 	awk -v t="$1" '$1 > t { print $1; exit }' "$PROBE_LOG"
+}
+
+# ---- hostile target (tests/target: rsrdma-target) -----------------------------------------------
+# A userspace NVMe/RDMA target on the same rxe device (librdmacm/libibverbs), built on the host
+# by tests/run.sh (cargo build --release --manifest-path tests/target/Cargo.toml). It serves
+# $HOSTILE_NQN on $TARGET_ADDR:$HOSTILE_PORT (not nvmet-rdma's port) from memory, politely or
+# with one misbehaviour (--mode, see rsrdma-target --help), applied once. Its stdout (a line per
+# connection, controller and misbehaviour) goes to $HOSTILE_LOG, its per-command log (-v) to
+# $HOSTILE_VLOG.
+#
+#   hostile_start [TARGET ARGS...]   start it (stopping an earlier one), wait until it listens
+#   hostile_stop                     stop it (TERM, then KILL)
+#   hostile_arm                      SIGUSR1: arm a mode started with --arm signal
+#   hostile_wait TIMEOUT_S REGEX     wait for a line of its stdout
+#   hostile_count REGEX              count lines of its stdout
+#   hostile_ctrl                     the host controller (nvmeN) connected to it, if any
+
+HOSTILE_BIN=${HOSTILE_BIN:-$RSRDMA_REPO/tests/target/target/release/rsrdma-target}
+HOSTILE_NQN=nqn.2026-11.io.rsrdma:hostile
+HOSTILE_PORT=4421
+HOSTILE_LOG=/tmp/rsrdma-hostile.log
+HOSTILE_VLOG=/tmp/rsrdma-hostile.vlog
+HOSTILE_PID=
+
+_pid_gone() { [ ! -d "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+
+hostile_start() {
+	[ -x "$HOSTILE_BIN" ] || {
+		ktap_diag "$HOSTILE_BIN missing: cargo build --release --manifest-path tests/target/Cargo.toml"
+		return 1
+	}
+	modprobe -a rdma_ucm ib_uverbs 2>/dev/null
+	hostile_stop
+	: >"$HOSTILE_LOG"
+	: >"$HOSTILE_VLOG"
+	"$HOSTILE_BIN" -a "$TARGET_ADDR" -p "$HOSTILE_PORT" -n "$HOSTILE_NQN" "$@" \
+		>"$HOSTILE_LOG" 2>"$HOSTILE_VLOG" </dev/null &
+	HOSTILE_PID=$!
+	wait_for 15 grep -q '^target: listening' "$HOSTILE_LOG" && return 0
+	ktap_diag "rsrdma-target did not start: $(tail -n 5 "$HOSTILE_LOG" "$HOSTILE_VLOG")"
+	hostile_stop
+	return 1
+}
+
+hostile_stop() {
+	[ -n "$HOSTILE_PID" ] || return 0
+	kill -TERM "$HOSTILE_PID" 2>/dev/null
+	wait_for 10 _pid_gone "$HOSTILE_PID" || kill -KILL "$HOSTILE_PID" 2>/dev/null
+	wait "$HOSTILE_PID" 2>/dev/null
+	HOSTILE_PID=
+}
+
+hostile_arm() {
+	kill -USR1 "$HOSTILE_PID" 2>/dev/null && hostile_wait 10 ': armed$'
+}
+
+hostile_wait() { wait_for "$1" grep -qE -- "$2" "$HOSTILE_LOG"; }
+
+hostile_count() { grep -cE -- "$1" "$HOSTILE_LOG"; }
+
+hostile_ctrl() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$HOSTILE_NQN" ] && { echo "${c##*/}"; return 0; }
+	done
+	return 1
 }

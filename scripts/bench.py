@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Records and reports the measurements of `make bench`.
+
+  bench.py record BACKING TRANSPORT ROUND JOB RW BS QD NJ JIFFIES HZ < fio.json   (guest)
+  bench.py show < one JSON line                                                    (guest)
+  bench.py report bench.jsonl OUT.json                                             (host)
+
+The report takes the median over rounds of each figure, per backing, transport and job,
+prints one table (rsrdma, C rdma, their ratio, rsrdma as a share of raw rxe bandwidth, CPU
+time per I/O) and writes the same data as JSON.
+"""
+import json
+import statistics
+import sys
+
+
+def record(args):
+    backing, transport, rnd, name, rw, bs, qd, nj, jiffies, hz = args
+    base = {"backing": backing, "transport": transport, "round": int(rnd), "job": name}
+    try:
+        job = json.load(sys.stdin)["jobs"][0]
+    except Exception as e:  # fio failed: keep the record, marked
+        print(json.dumps({**base, "error": "no fio result: %s" % e}))
+        return
+    d = job["write"] if "write" in rw else job["read"]
+    ios = max(d["total_ios"], 1)
+    pct = d.get("clat_ns", {}).get("percentile", {})
+    runtime_ms = job.get("job_runtime") or d.get("runtime") or 0
+    rec = {
+        **base,
+        "rw": rw, "bs": bs, "iodepth": int(qd), "numjobs": int(nj),
+        "iops": d["iops"],
+        "bw_mib_s": d["bw_bytes"] / 2**20,
+        "ios": d["total_ios"],
+        "lat_p50_us": pct.get("50.000000", 0) / 1000,
+        "lat_p99_us": pct.get("99.000000", 0) / 1000,
+        "errors": job.get("error", 0),
+        # All CPU time of the guest (busy jiffies from /proc/stat) per I/O, softirq included.
+        "cpu_us_per_io": int(jiffies) * 1e6 / int(hz) / ios,
+        # fio's own threads only.
+        "fio_cpu_us_per_io": (job["usr_cpu"] + job["sys_cpu"]) / 100 * runtime_ms * 1000 / ios,
+    }
+    print(json.dumps(rec))
+
+
+def show(_args):
+    r = json.loads(sys.stdin.read())
+    if "iops" in r:
+        print("bench: %(backing)s %(transport)s round %(round)s %(job)s: %(iops).0f IOPS, "
+              "%(bw_mib_s).1f MiB/s, p50 %(lat_p50_us).0f us, %(cpu_us_per_io).0f us CPU/IO" % r)
+    else:
+        print("bench: %s" % r)
+
+
+# Figures of the table: (job, metric, label, higher is better)
+ROWS = [
+    ("lat4k", "lat_p50_us", "4k randread QD1 p50 latency (us)", False),
+    ("lat4k", "lat_p99_us", "4k randread QD1 p99 latency (us)", False),
+    ("iops4k", "iops", "4k randread QD32 x jobs (IOPS)", True),
+    ("randwrite4k", "iops", "4k randwrite QD32 (IOPS)", True),
+    ("seqread128k", "bw_mib_s", "128k seq read QD8 (MiB/s)", True),
+    ("seqwrite128k", "bw_mib_s", "128k seq write QD8 (MiB/s)", True),
+    ("seqwrite4m", "bw_mib_s", "4M seq write QD4 (MiB/s)", True),
+    ("seqread4m", "bw_mib_s", "4M seq read QD4 (MiB/s)", True),
+    ("iops4k", "cpu_us_per_io", "4k randread QD32: CPU per I/O (us)", False),
+    ("seqread4m", "cpu_us_per_io", "4M seq read: CPU per I/O (us)", False),
+]
+
+
+def report(args):
+    src, dst = args
+    recs = [json.loads(line) for line in open(src) if line.strip()]
+    info = next((r["info"] for r in recs if "info" in r), {})
+    raw = [r for r in recs if "raw" in r]
+    ceiling = max((r["bw_mib_s"] for r in raw), default=0)
+    data = {}
+    errors = [r for r in recs if r.get("error") or r.get("errors")]
+    for r in recs:
+        if "job" in r and "iops" in r:
+            data.setdefault((r["backing"], r["transport"], r["job"]), []).append(r)
+
+    def med(backing, transport, job, metric):
+        vals = [r[metric] for r in data.get((backing, transport, job), []) if r.get(metric) is not None]
+        return statistics.median(vals) if vals else None
+
+    out = {"info": info, "raw_rxe": raw, "raw_ceiling_mib_s": ceiling, "figures": []}
+    print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, %s rounds of %s s per job"
+          % (info.get("kernel"), info.get("vcpus"), info.get("accel"), info.get("rounds"),
+             info.get("seconds")))
+    for r in raw:
+        print("raw rxe %-12s (%s): %.1f MiB/s with 4 MiB messages" % (r["raw"], r["poll"], r["bw_mib_s"]))
+    print("raw rxe ceiling (best of the above): %.1f MiB/s" % ceiling)
+    backings = sorted({k[0] for k in data})
+    for backing in backings:
+        print()
+        print("namespace: null_blk, %s" % ("memory backed" if backing == "mem" else "no memory backing"))
+        print("%-38s %12s %12s %8s %10s" % ("figure", "rsrdma", "C rdma", "ratio", "% raw rxe"))
+        for job, metric, label, higher in ROWS:
+            a = med(backing, "rsrdma", job, metric)
+            b = med(backing, "rdma", job, metric)
+            if a is None and b is None:
+                continue
+            ratio = None
+            if a is not None and b:
+                # Ratio rsrdma/C as measured; for latency and CPU lower is better.
+                ratio = a / b
+            share = None
+            if metric == "bw_mib_s" and a is not None and ceiling:
+                share = 100 * a / ceiling
+            fmt = lambda v: "-" if v is None else ("%.1f" % v)
+            print("%-38s %12s %12s %8s %10s" % (label, fmt(a), fmt(b),
+                                                "-" if ratio is None else "%.2fx" % ratio,
+                                                "-" if share is None else "%.0f%%" % share))
+            out["figures"].append({"backing": backing, "figure": label, "job": job, "metric": metric,
+                                   "rsrdma": a, "c_rdma": b, "ratio_rsrdma_over_c": ratio,
+                                   "higher_is_better": higher, "pct_of_raw_rxe": share})
+    if errors:
+        print()
+        print("%d runs reported errors:" % len(errors))
+        for e in errors[:10]:
+            print("  %s" % json.dumps(e))
+    out["errors"] = errors
+    with open(dst, "w") as f:
+        json.dump(out, f, indent=2)
+    print()
+    print("written: %s" % dst)
+
+
+if __name__ == "__main__":
+    {"record": record, "show": show, "report": report}[sys.argv[1]](sys.argv[2:])

@@ -1,0 +1,133 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# rsrdma-modes: rsrdma dropin
+# rsrdma-timeout: 900
+#
+# Bad and edge-case connect options, written to /dev/nvme-fabrics (as nvme-cli does) and some
+# given to nvme connect itself. Every one must end cleanly: the expected error code (or, for
+# the edge cases the core accepts, a working controller), one explanatory kernel log line, no
+# oops, no RDMA resource (CM id, QP, MR, PD, CQ in use) left behind, and the module still
+# unloads at the end.
+set -u
+. "$(dirname "$0")/lib/common.sh"
+
+cleanup() {
+	host_disconnect_all >/dev/null 2>&1
+	host_unload >/dev/null 2>&1
+	target_teardown >/dev/null 2>&1
+	rxe_teardown >/dev/null 2>&1
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+rdma_counts() {
+	local t
+	for t in qp mr pd cm_id; do
+		echo "$t $(rdma resource show "$t" 2>/dev/null | grep -c .)"
+	done
+	echo "cq $(rdma resource show cq 2>/dev/null | grep -cE 'users [1-9]')"
+}
+
+T=$HOST_TRANSPORT
+A="traddr=$TARGET_ADDR,trsvcid=$TARGET_PORT"
+N="nqn=$NQN_NULL"
+long=$(printf 'x%.0s' $(seq 1 300))
+
+# NAME | OPTIONS | EXPECTED ("error <strerror>" or "ok") | kernel log line (regex) it must leave
+cases=(
+	"missing traddr|transport=$T,trsvcid=$TARGET_PORT,$N|error Invalid argument|missing parameter 'traddr"
+	"missing nqn|transport=$T,$A|error Invalid argument|missing parameter 'nqn"
+	"malformed IPv4 (octet 256)|transport=$T,traddr=10.0.2.256,trsvcid=$TARGET_PORT,$N|error Invalid argument|traddr: malformed address"
+	"malformed IPv4 (three octets)|transport=$T,traddr=10.0.2,trsvcid=$TARGET_PORT,$N|error Invalid argument|traddr: malformed address"
+	"malformed IPv6|transport=$T,traddr=fe80::zz,trsvcid=$TARGET_PORT,$N|error Invalid argument|traddr: malformed address"
+	"IPv6 with no route|transport=$T,traddr=2001:db8::1,trsvcid=$TARGET_PORT,$N|error *|queue 0: "
+	"IPv4 with no RDMA device (loopback)|transport=$T,traddr=127.0.0.1,trsvcid=$TARGET_PORT,$N|error *|queue 0: "
+	"unroutable address|transport=$T,traddr=192.0.2.1,trsvcid=$TARGET_PORT,$N|error *|queue 0: "
+	"port 0|transport=$T,traddr=$TARGET_ADDR,trsvcid=0,$N|error Invalid argument|trsvcid: port 0"
+	"port 65536|transport=$T,traddr=$TARGET_ADDR,trsvcid=65536,$N|error Invalid argument|traddr: malformed address"
+	"port not a number|transport=$T,traddr=$TARGET_ADDR,trsvcid=http,$N|error Invalid argument|traddr: malformed address"
+	"queue_size 0|transport=$T,$A,$N,queue_size=0|error Invalid argument|[Ii]nvalid queue_size"
+	"queue_size 15|transport=$T,$A,$N,queue_size=15|error Invalid argument|[Ii]nvalid queue_size"
+	"queue_size 1025|transport=$T,$A,$N,queue_size=1025|error Invalid argument|[Ii]nvalid queue_size"
+	"queue_size 1024 (clamped)|transport=$T,$A,$N,queue_size=1024|ok|clamping down"
+	"nr_io_queues 0|transport=$T,$A,$N,nr_io_queues=0|error Invalid argument|[Ii]nvalid number of IOQs"
+	"nr_io_queues 100000 (clamped)|transport=$T,$A,$N,nr_io_queues=100000|ok|creating [0-9]+ I/O queues"
+	"nr_write_queues -1|transport=$T,$A,$N,nr_write_queues=-1|error Invalid argument|Invalid nr_write_queues"
+	"nr_poll_queues not a number|transport=$T,$A,$N,nr_poll_queues=many|error Invalid argument|[Ii]nvalid|unknown parameter"
+	"reconnect_delay 0|transport=$T,$A,$N,reconnect_delay=0|error Invalid argument|[Ii]nvalid reconnect_delay"
+	"reconnect_delay -1|transport=$T,$A,$N,reconnect_delay=-1|error Invalid argument|[Ii]nvalid reconnect_delay"
+	"reconnect_delay > ctrl_loss_tmo|transport=$T,$A,$N,reconnect_delay=20,ctrl_loss_tmo=10|ok|new ctrl"
+	"ctrl_loss_tmo absurd (the core refuses silently)|transport=$T,$A,$N,ctrl_loss_tmo=99999999999|error Invalid argument|-"
+	"keep_alive_tmo -1|transport=$T,$A,$N,keep_alive_tmo=-1|error Invalid argument|Invalid keep_alive_tmo"
+	"fast_io_fail_tmo -2 (off)|transport=$T,$A,$N,fast_io_fail_tmo=-2|ok|new ctrl"
+	"tos 256 (clamped)|transport=$T,$A,$N,tos=256|ok|[Cc]lamping type of service"
+	"tos -1|transport=$T,$A,$N,tos=-1|error Invalid argument|[Ii]nvalid type of service"
+	"oversized hostnqn|transport=$T,$A,$N,hostnqn=nqn.$long|error Invalid argument|needs to be <"
+	"malformed host_traddr|transport=$T,$A,$N,host_traddr=1.2.3.4.5|error Invalid argument|host_traddr: malformed source address"
+	"host_traddr not a local address|transport=$T,$A,$N,host_traddr=10.9.9.9|error *|queue 0: "
+	"unknown key|transport=$T,$A,$N,frobnicate=1|error Invalid argument|unknown parameter"
+	"TCP-only: hdr_digest|transport=$T,$A,$N,hdr_digest|error Invalid argument|invalid parameter 'hdr_digest'"
+	"TCP-only: data_digest|transport=$T,$A,$N,data_digest|error Invalid argument|invalid parameter 'data_digest'"
+	"TCP-only: host_iface|transport=$T,$A,$N,host_iface=eth0|error Invalid argument|invalid parameter 'host_iface"
+	"TCP-only: tls|transport=$T,$A,$N,tls|error Invalid argument|TLS is not supported|invalid parameter 'tls'|unknown parameter or missing value 'tls'"
+	"unknown subsystem (Connect refused, DNR)|transport=$T,$A,nqn=nqn.2026-11.io.rsrdma:none|error *|failed to connect queue: 0|Connect Invalid"
+)
+
+ktap_header
+ktap_plan $((${#cases[@]} + 4))
+
+rxe_setup && target_setup && host_load || {
+	ktap_diag "set-up failed"
+	leftovers | ktap_diag
+	exit 1
+}
+dmesg_mark
+baseline=$(rdma_counts)
+ktap_diag "RDMA resources before: $(tr '\n' ' ' <<<"$baseline")"
+
+for c in "${cases[@]}"; do
+	IFS='|' read -r name opts want logre <<<"$c"
+	mark="rsrdma-opt-$RANDOM$RANDOM"
+	echo "$mark" >/dev/kmsg
+	start=$(date +%s%N)
+	out=$(fabrics_probe "$opts")
+	ms=$((($(date +%s%N) - start) / 1000000))
+	result=$(head -n1 <<<"$out")
+	if [ "$logre" = - ]; then
+		# Refused by the fabrics core's parser before the transport sees it; the core is silent.
+		log="(none expected: the fabrics core refuses it silently)"
+	else
+		log=$(dmesg | sed -n "/$mark/,\$p" | grep -m1 -E "$logre")
+	fi
+	host_disconnect_all >/dev/null 2>&1
+	ok=1
+	case "$want" in
+	ok) [[ $result == ok* ]] || ok=0 ;;
+	"error *") [[ $result == error* ]] || ok=0 ;;
+	*) [ "$result" = "$want" ] || ok=0 ;;
+	esac
+	[ -n "$log" ] || ok=0
+	now_counts=$(rdma_counts)
+	[ "$now_counts" = "$baseline" ] || { ok=0; ktap_diag "RDMA resources now: $(tr '\n' ' ' <<<"$now_counts")"; }
+	ktap_diag "$name: ${result} in ${ms} ms; log: ${log:-none}"
+	if ((ok)); then
+		ktap_ok "$name"
+	else
+		ktap_fail "$name" "expected $want and a log line matching /$logre/"
+	fi
+done
+
+# The same refusals through nvme-cli, which users type.
+out=$(timeout 30 nvme connect -t "$T" -a 10.0.2.256 -s "$TARGET_PORT" -n "$NQN_NULL" 2>&1)
+rc=$?
+ktap_diag "nvme connect -a 10.0.2.256: status $rc: $out"
+ktap_check "nvme connect with a malformed address fails" test "$rc" -ne 0 -a -n "$out"
+out=$(timeout 30 nvme connect -t "$T" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" -Q 8 2>&1)
+rc=$?
+ktap_diag "nvme connect -Q 8: status $rc: $out"
+ktap_check "nvme connect with queue size 8 fails" test "$rc" -ne 0
+host_disconnect_all >/dev/null 2>&1
+
+ktap_check "module unloads" host_unload
+ktap_check "kernel log clean" dmesg_check_clean
+ktap_finish
