@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rsrdma-target: a small NVMe-over-RDMA target for the nvme-rsrdma tests, serving one
+//! memory-backed namespace, that can misbehave on command (`--mode`). See `usage()`.
+
+mod ffi;
+mod nvme;
+mod target;
+
+use target::{Config, Mode};
+
+fn usage() -> ! {
+    eprint!(
+        "\
+usage: rsrdma-target [options]
+
+Serves one NVMe subsystem with one memory-backed namespace (512-byte blocks) over RDMA
+(librdmacm/libibverbs), politely or with one misbehaviour (--mode) that is applied once.
+
+  -a, --addr ADDR          IPv4 address to listen on (10.0.2.15)
+  -p, --port PORT          port (4421)
+  -n, --nqn NQN            subsystem NQN (nqn.2026-11.io.rsrdma:hostile)
+  -s, --size MIB           namespace size in MiB (64)
+      --mdts-kib KIB       maximum data transfer size, a power of two >= 4, or 0 for no
+                           limit (8192)
+      --inline BYTES       in-capsule data size of the I/O queues, 0 for none (8192)
+      --queue-size N       largest I/O queue (CAP.MQES + 1) (128)
+      --max-io-queues N    I/O queues granted at most (8)
+      --mode MODE          misbehaviour, applied once (polite)
+      --after-reconnect    for the connect modes: serve politely, close the association at
+                           the first I/O command once armed, and misbehave on the reconnect
+      --arm now|signal     when the I/O modes (and --after-reconnect) become active: at once,
+                           or at the first SIGUSR1 (now)
+      --mid-min BYTES      close-mid-transfer: smallest transfer it applies to (1048576)
+  -v, --verbose            log every command and completion to stderr
+
+Modes:
+  polite                   no misbehaviour
+  reject:N[@io]            reject the CM connect of the admin (or first I/O) queue with
+                           NVMe/RDMA reject status N (1..9)
+  connect-hang[@io]        accept, then never answer the Fabrics Connect
+  connect-error[@io]       fail the Connect with 'controller busy' (0x181), without DNR
+  connect-error-dnr[@io]   the same with DNR set
+  bad-cid                  answer an I/O command with a wrong command_id (generation bits)
+  dup-cqe                  send the completion of an I/O command twice
+  short-recv[:N]           send only N (8) bytes as the response of an I/O command
+  stray-cqe                send a completion for a command the host never sent
+  send-inv[:pool]          answer with SEND_WITH_INV naming a wrong RKEY (or, with :pool,
+                           the host's own RKEY, which it never offered for invalidation)
+  no-complete              never complete one I/O command
+  close-mid-transfer       close the association in the middle of a large transfer
+  late-keepalive[:MS]      answer a keep-alive MS ms late (default: KATO + 3 s)
+  stale-rkey               record an RKEY, close the association, and on the new one try an
+                           RDMA WRITE with the old RKEY (reported as 'stale-rkey result: ...')
+
+Output: one line per connection, queue, controller and misbehaviour on stdout; with -v one
+line per command on stderr.
+"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Config {
+    let mut cfg = Config::default();
+    let mut args = std::env::args().skip(1);
+    let value = |args: &mut dyn Iterator<Item = String>, name: &str| -> String {
+        args.next().unwrap_or_else(|| {
+            eprintln!("rsrdma-target: {name} needs a value");
+            usage()
+        })
+    };
+    fn num<T: std::str::FromStr>(s: &str, name: &str) -> T {
+        s.parse().unwrap_or_else(|_| {
+            eprintln!("rsrdma-target: bad value '{s}' for {name}");
+            usage()
+        })
+    }
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-a" | "--addr" => cfg.addr = value(&mut args, &a),
+            "-p" | "--port" => cfg.port = num(&value(&mut args, &a), &a),
+            "-n" | "--nqn" => cfg.nqn = value(&mut args, &a),
+            "-s" | "--size" => cfg.size = num::<u64>(&value(&mut args, &a), &a) << 20,
+            "--mdts-kib" => {
+                let kib: u32 = num(&value(&mut args, &a), &a);
+                cfg.mdts = match kib {
+                    0 => 0,
+                    k if k >= 4 && k.is_power_of_two() && k <= 8192 => {
+                        (k / 4).trailing_zeros() as u8
+                    }
+                    _ => {
+                        eprintln!(
+                            "rsrdma-target: --mdts-kib must be 0 or a power of two from 4 to 8192"
+                        );
+                        usage()
+                    }
+                }
+            }
+            "--inline" => cfg.inline = num(&value(&mut args, &a), &a),
+            "--queue-size" => cfg.queue_size = num(&value(&mut args, &a), &a),
+            "--max-io-queues" => cfg.max_io_queues = num(&value(&mut args, &a), &a),
+            "--mode" => {
+                let m = value(&mut args, &a);
+                cfg.mode = Mode::parse(&m).unwrap_or_else(|| {
+                    eprintln!("rsrdma-target: unknown mode '{m}'");
+                    usage()
+                })
+            }
+            "--after-reconnect" => cfg.after_reconnect = true,
+            "--arm" => {
+                cfg.arm_on_signal = match value(&mut args, &a).as_str() {
+                    "now" => false,
+                    "signal" => true,
+                    _ => usage(),
+                }
+            }
+            "--mid-min" => cfg.mid_min = num(&value(&mut args, &a), &a),
+            "-v" | "--verbose" => cfg.verbose = true,
+            "-h" | "--help" => usage(),
+            _ => {
+                eprintln!("rsrdma-target: unknown argument '{a}'");
+                usage()
+            }
+        }
+    }
+    if cfg.size < 1 << 20 || cfg.queue_size < 2 || cfg.queue_size > 1024 || cfg.max_io_queues == 0 {
+        eprintln!("rsrdma-target: size, queue size or queue count out of range");
+        usage()
+    }
+    cfg
+}
+
+fn main() {
+    let cfg = parse_args();
+    if let Err(e) = target::run(cfg) {
+        println!("target: error: {e}");
+        eprintln!("rsrdma-target: {e}");
+        std::process::exit(1);
+    }
+}
