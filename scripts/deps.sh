@@ -16,7 +16,7 @@ debs=(
 	# guest
 	qemu-system-x86 busybox-static
 	# tools used inside the guest (the guest shares the host root filesystem)
-	nvme-cli fio rdma-core ibverbs-utils rdmacm-utils perftest iproute2 e2fsprogs
+	nvme-cli fio rdma-core ibverbs-utils rdmacm-utils perftest iproute2 e2fsprogs librdmacm-dev libibverbs-dev
 	# documentation checks
 	python3-docutils
 )
