@@ -7,6 +7,7 @@
 #   lint      scripts/lint.sh: rustfmt, clippy, checkpatch, SAFETY comments (KTAP, counted)
 #   module    make modules
 #   host      host unit tests: cargo test --manifest-path tests/host/Cargo.toml
+#   target    cargo build --release of tests/target (rsrdma-target, run in the guest by 06-hostile)
 #   guest     boot the guest (scripts/vm.sh) and run tests/guest-suite.sh in it
 #
 # Counting: every host unit test is one KTAP test case (a "host" document; a missing
@@ -140,6 +141,23 @@ host_tests() {
 	((f == 0))
 }
 phase host host_tests
+
+# --- the hostile test target (tests/target: rsrdma-target), run in the guest by 06-hostile ---
+# Built with rustup's cargo, as the host tests; a failed build is one failed case, and leaves
+# no stale binary for the guest to run.
+target_build() {
+	local cargo=$HOME/.cargo/bin/cargo
+	[ -x "$cargo" ] || cargo=cargo
+	"$cargo" build --release --color never --manifest-path tests/target/Cargo.toml \
+		>"$out/target-build.log" 2>&1 && return 0
+	grep -E '^(error|warning)' -A6 "$out/target-build.log" | head -n 40 || tail -n 20 "$out/target-build.log"
+	rm -f tests/target/target/release/rsrdma-target
+	return 1
+}
+if ! phase target target_build; then
+	failed=$((failed + 1))
+	summary_lines+=("not ok target: cargo build of tests/target failed (target-build.log)")
+fi
 
 # --- guest ---
 guest_rc=
