@@ -20,7 +20,8 @@
 # only when nothing failed.
 #
 # Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex> (guest tests to run,
-# see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_WERROR. Logs: out/test-<time>/.
+# see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_TIMEOUT_SCALE (3 on the debug kernel),
+# RSRDMA_WERROR. Logs: out/test-<time>/.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,7 +49,9 @@ phase() {
 }
 
 mapfile -t guest_tests < <(suite_select)
-guest_timeout=180
+# The guest's budget: booting (slower on the debug kernel, like every test) and the tests.
+timeout_scale=$(suite_timeout_scale)
+guest_timeout=$((180 * timeout_scale))
 for t in "${guest_tests[@]}"; do
 	guest_timeout=$((guest_timeout + $(suite_timeout "$t")))
 done
@@ -75,7 +78,12 @@ lint_phase() {
 	else
 		kdir=$(scripts/kernel.sh "${KERNEL:-default}") || return 1
 	fi
-	scripts/lint.sh "$kdir" | tee "$out/lint.ktap"
+	# A kernel built by clang (the debug flavour) needs LLVM=1 for the module build under clippy.
+	if grep -q '^CONFIG_CC_IS_CLANG=y' "$kdir/.config"; then
+		LLVM=1 scripts/lint.sh "$kdir" | tee "$out/lint.ktap"
+	else
+		scripts/lint.sh "$kdir" | tee "$out/lint.ktap"
+	fi
 	p=$(grep -c '^ok ' "$out/lint.ktap") f=$(grep -c '^not ok ' "$out/lint.ktap")
 	passed=$((passed + p)) failed=$((failed + f))
 	summary_lines+=("$( ((f)) && echo "not ok" || echo "ok") lint: $p passed, $f failed")
@@ -167,6 +175,7 @@ elif ((build_ok)); then
 	guest_rc=0
 	phase guest scripts/vm.sh -t "$guest_timeout" -o "$out" -- \
 		env RSRDMA_TESTS="${RSRDMA_TESTS:-}" RSRDMA_TEST_TIMEOUT="${RSRDMA_TEST_TIMEOUT:-}" \
+		RSRDMA_TIMEOUT_SCALE="$timeout_scale" \
 		tests/guest-suite.sh || guest_rc=$?
 fi
 
