@@ -7,7 +7,8 @@
 #                   connect with rsrdma, do real I/O and print the module's dmesg trace
 #   make test       host unit tests + the KTAP suite in the guest; exits non-zero on failure
 #   make bench      side-by-side benchmark against the C nvme-rdma
-#   make install    modules_install + depmod (INSTALL_MOD_PATH honoured)
+#   make install    modules_install + depmod (INSTALL_MOD_PATH, INSTALL_MOD_DIR honoured)
+#   make docs       Documentation/*.rst to HTML in out/docs (docutils, warnings are errors)
 #
 # KDIR=/path/to/a/CONFIG_RUST/6.12/tree uses your own kernel tree instead of the cached one.
 # KERNEL=debug selects the debug (KASAN, lockdep, kmemleak) flavour of the cached kernel.
@@ -31,7 +32,7 @@ endif
 
 MAKE_FLAGS_debug = LLVM=1
 
-.PHONY: all modules deps kernel run test check bench install clean
+.PHONY: all modules deps kernel run test check bench install docs clean
 all: modules
 
 deps:
@@ -57,11 +58,30 @@ test: modules
 bench: modules
 	scripts/bench.sh
 
-install: modules
-	@kdir=$$($(KDIR_CMD)) && \
-	$(MAKE) -C "$$kdir" M=$(CURDIR) RUSTC=$(RUSTC) BINDGEN=bindgen modules_install && \
-	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) \
-		$$($(MAKE) -s -C "$$kdir" kernelrelease)
+# Installs what `make` built (building it first if there is no nvme_rsrdma.ko), the way the
+# kernel's modules_install does: $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)
+# (default "updates"), then one depmod. It needs neither rustc nor bindgen when the module is
+# built, so `sudo make install KDIR=...` works with the toolchain in the user's own PATH. The
+# kernel's own depmod run is replaced by a plain one: it checks symbols with -e, which in a
+# staging root without the kernel's modules warns about every symbol nvme_rsrdma imports.
+install: $(if $(wildcard nvme_rsrdma.ko),,modules)
+	@set -e; PATH=$$PATH:/usr/sbin:/sbin; \
+	kdir=$$($(if $(KDIR),cd "$(KDIR)" && pwd,$(KDIR_CMD))); \
+	release=$$($(MAKE) -s --no-print-directory -C "$$kdir" kernelrelease); \
+	built=$$(modinfo -F vermagic nvme_rsrdma.ko | cut -d' ' -f1); \
+	if [ "$$built" != "$$release" ]; then \
+		echo "nvme_rsrdma.ko is built for $$built but $$kdir is $$release:" \
+			"run make$(if $(KDIR), KDIR=$(KDIR)) first" >&2; \
+		exit 1; \
+	fi; \
+	$(MAKE) -C "$$kdir" M=$(CURDIR) DEPMOD=true modules_install; \
+	out=$$(depmod $(if $(INSTALL_MOD_PATH),-b "$(INSTALL_MOD_PATH)") -a "$$release" 2>&1) || \
+		{ echo "$$out" >&2; exit 1; }; \
+	$(if $(INSTALL_MOD_PATH),out=$$(echo "$$out" | grep -v 'could not open modules\.' || true);) \
+	[ -z "$$out" ] || echo "$$out" >&2
+
+docs:
+	scripts/docs.sh out/docs
 
 clean:
 	@kdir=$$($(KDIR_CMD) 2>/dev/null) && [ -n "$$kdir" ] && \
