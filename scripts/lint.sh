@@ -4,7 +4,8 @@
 # The checks a reviewer runs first, as one KTAP document: rustfmt (kernel configuration),
 # clippy with the kernel's lint set (a CLIPPY=1 module build with the distribution's
 # clippy-driver, which matches the rustc the kernel was built with), checkpatch on the C glue,
-# clippy on the host crate, and SAFETY comments on every unsafe block.
+# clippy on the host crate, SAFETY comments on every unsafe block, and the documentation
+# (Documentation/*.rst through docutils, warnings are errors: scripts/docs.sh).
 #
 #   scripts/lint.sh KDIR
 set -uo pipefail
@@ -67,11 +68,12 @@ safety_comments() {
 }
 
 echo "KTAP version 1"
-echo "1..5"
+echo "1..6"
 check "rustfmt" rustfmt_check
 check "clippy (module, kernel lints)" clippy_module
 check "checkpatch (C glue)" checkpatch
 check "clippy (host crate)" clippy_host
 check "SAFETY comment on every unsafe block" safety_comments
+check "documentation builds without warnings (docutils)" scripts/docs.sh
 echo "# lint: $((n - failed)) passed, $failed failed"
 ((failed == 0))
