@@ -579,6 +579,9 @@ impl Drop for Mr {
 pub(crate) struct EventWatch {
     #[pin]
     handler: Opaque<bindings::ib_event_handler>,
+    /// Port state last reported, to act on changes only (soft-RoCE reports a port coming up
+    /// twice).
+    port_active: core::sync::atomic::AtomicBool,
 }
 
 /// The signature of an asynchronous event handler.
@@ -604,7 +607,27 @@ impl EventWatch {
                 });
                 bindings::ib_register_event_handler(h);
             }),
+            port_active: core::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Records the port state carried by an event delivered to `handler`; false if it is the
+    /// state already known (a repeated event).
+    ///
+    /// # Safety
+    ///
+    /// `handler` must be the handler of a live `EventWatch` (as passed to its handler).
+    pub(crate) unsafe fn port_changed(
+        handler: *mut bindings::ib_event_handler,
+        active: bool,
+    ) -> bool {
+        let offset = core::mem::offset_of!(EventWatch, handler);
+        // SAFETY: per the contract, `handler` is the `handler` field of an `EventWatch`.
+        let watch = unsafe { &*(handler.cast::<u8>().sub(offset) as *const EventWatch) };
+        watch
+            .port_active
+            .swap(active, core::sync::atomic::Ordering::AcqRel)
+            != active
     }
 }
 

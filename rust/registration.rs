@@ -427,12 +427,21 @@ unsafe extern "C" fn device_remove(
 /// # Safety
 ///
 /// Called by the RDMA core, in process context, with a valid event.
-unsafe extern "C" fn port_event(_h: *mut bindings::ib_event_handler, ev: *mut bindings::ib_event) {
+unsafe extern "C" fn port_event(h: *mut bindings::ib_event_handler, ev: *mut bindings::ib_event) {
     // SAFETY: valid for the call.
     let (event, dev, port) = unsafe { ((*ev).event, (*ev).device, (*ev).element.port_num) };
     let Some(dev) = Device::from_raw(dev) else {
         return;
     };
+    let active = match event {
+        bindings::ib_event_type_IB_EVENT_PORT_ACTIVE => true,
+        bindings::ib_event_type_IB_EVENT_PORT_ERR => false,
+        _ => return,
+    };
+    // SAFETY: `h` is the handler of the `EventWatch` this function was registered with.
+    if !unsafe { EventWatch::port_changed(h, active) } {
+        return;
+    }
     match event {
         bindings::ib_event_type_IB_EVENT_PORT_ACTIVE => {
             log_info!(core::ptr::null(), "{} port {} active", dev.name(), port);
