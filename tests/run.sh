@@ -8,6 +8,7 @@
 #   module    make modules
 #   host      host unit tests: cargo test --manifest-path tests/host/Cargo.toml
 #   target    cargo build --release of tests/target (rsrdma-target, run in the guest by 06-hostile)
+#   install   make install INSTALL_MOD_PATH=<logs>/stage (installed in the guest by 07-install)
 #   guest     boot the guest (scripts/vm.sh) and run tests/guest-suite.sh in it
 #
 # Counting: every host unit test is one KTAP test case (a "host" document; a missing
@@ -165,6 +166,22 @@ target_build() {
 if ! phase target target_build; then
 	failed=$((failed + 1))
 	summary_lines+=("not ok target: cargo build of tests/target failed (target-build.log)")
+fi
+
+# --- install: `make install` into a staging root, the install tree tests/07-install installs and
+# autoloads in the guest ($RSRDMA_OUT/stage there). A failed install is one failed case; the
+# guest test then skips. ---
+install_stage() {
+	rm -rf "$out/stage"
+	make --no-print-directory install INSTALL_MOD_PATH="$out/stage" >"$out/install.log" 2>&1 &&
+		return 0
+	tail -n 20 "$out/install.log"
+	rm -rf "$out/stage"
+	return 1
+}
+if ((build_ok)) && ! phase install install_stage; then
+	failed=$((failed + 1))
+	summary_lines+=("not ok install: make install INSTALL_MOD_PATH=$out/stage failed (install.log)")
 fi
 
 # --- guest ---

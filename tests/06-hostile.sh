@@ -1,0 +1,417 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# rsrdma-timeout: 900
+#
+# The transport against a peer that lies: tests/target (rsrdma-target), a userspace NVMe/RDMA
+# target on the same rxe device, first polite (4 MiB commands in one piece: its MDTS is 8 MiB,
+# nvmet-rdma's 1 MiB), then with one misbehaviour per test case: CM rejects with each
+# NVMe/RDMA status, a Connect never answered, Connect errors with and without DNR (on the
+# first connect and on a reconnect), completions with a wrong or unknown command_id,
+# duplicate and truncated completions, SEND_WITH_INV of a wrong RKEY and of the pool's own,
+# a command never completed, the association closed in the middle of a 4 MiB transfer,
+# keep-alive answered late (past KATO, and within it), and an RDMA WRITE with the RKEY of the
+# previous association, which must fail at the target with a remote access error.
+#
+# Each case asks of the module: no oops or WARN, a dmesg line naming the fault, recovery or a
+# clean connect failure as the protocol prescribes (with DNR: no further attempt), the data
+# written through the fault reads back intact, then a fresh connect to the same target (the
+# misbehaviour is spent) moves verified data, and the module unloads.
+set -u
+. "$(dirname "$0")/lib/common.sh"
+
+PAT=/tmp/rsrdma-hostile.pat
+NVME_CORE=/sys/module/nvme_core/parameters
+SAVED_ADMIN_TIMEOUT= SAVED_IO_TIMEOUT=
+
+cleanup() {
+	hostile_stop
+	[ -z "$SAVED_ADMIN_TIMEOUT" ] || echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout" 2>/dev/null
+	[ -z "$SAVED_IO_TIMEOUT" ] || echo "$SAVED_IO_TIMEOUT" >"$NVME_CORE/io_timeout" 2>/dev/null
+	host_disconnect_all >/dev/null 2>&1
+	host_unload >/dev/null 2>&1
+	rxe_teardown >/dev/null 2>&1
+	rm -f "$PAT"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+# --- helpers ------------------------------------------------------------------------------------
+
+hconnect() { # [NVME CONNECT OPTIONS...]
+	timeout 90 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$HOSTILE_PORT" \
+		-n "$HOSTILE_NQN" "$@" 2>&1
+}
+
+_no_hctrl() { ! hostile_ctrl >/dev/null; }
+
+hdisconnect() {
+	local c
+	c=$(hostile_ctrl) || return 0
+	echo 1 >"/sys/class/nvme/$c/delete_controller" 2>/dev/null
+	wait_for 60 _no_hctrl
+}
+
+# hdev: the namespace's block device once it is there (and udev is done with it), with
+# max_sectors_kb raised to the hardware limit so that 4 MiB goes as one command.
+hdev() {
+	local dev
+	wait_for 30 nvme_dev_for_nqn "$HOSTILE_NQN" || return 1
+	dev=$(nvme_dev_for_nqn "$HOSTILE_NQN")
+	udevadm settle -t 10 >/dev/null 2>&1
+	cat "/sys/block/${dev##*/}/queue/max_hw_sectors_kb" >"/sys/block/${dev##*/}/queue/max_sectors_kb" 2>/dev/null
+	echo "$dev"
+}
+
+in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }
+
+# The host transport's QPs, MRs, PDs and CM ids, as the RDMA core lists them ("type count").
+_rdma_resources() {
+	local t
+	for t in qp mr pd cm_id; do
+		echo "$t $(rdma resource show "$t" 2>/dev/null | grep -cE '\[nvme_(rsrdma|rdma)\]')"
+	done
+}
+_no_rdma_resources() { ! _rdma_resources | grep -qv ' 0$'; }
+
+# write_pattern DEV MIB_OFFSET MIB: a new random pattern, written in one direct write.
+write_pattern() {
+	head -c "$(($3 << 20))" /dev/urandom >"$PAT"
+	timeout 180 dd if="$PAT" of="$1" bs="$(($3 << 20))" count=1 seek="$(($2 << 20))" \
+		oflag=direct,seek_bytes conv=notrunc status=none
+}
+
+# read_check DEV MIB_OFFSET MIB: read it back in one direct read and compare.
+read_check() {
+	timeout 180 dd if="$1" bs="$(($3 << 20))" count=1 skip="$(($2 << 20))" iflag=direct,skip_bytes \
+		status=none | cmp -s - "$PAT"
+}
+
+dmesg_has() { dmesg_since_mark | grep -qE -- "$1"; }
+dmesg_count() { dmesg_since_mark | grep -cE -- "$1"; }
+
+# fresh_verify: a new controller to the target (whose misbehaviour is spent) moves verified
+# data, and goes away again.
+fresh_verify() {
+	local dev rc=1
+	hdisconnect || return 1
+	hconnect >/dev/null || return 1
+	if dev=$(hdev); then
+		write_pattern "$dev" 16 1 && read_check "$dev" 16 1 && rc=0
+	fi
+	hdisconnect || rc=1
+	return $rc
+}
+
+# A test case: case_begin, expectations (expect DESCRIPTION CMD...), case_end NAME. A failed
+# expectation is a diagnostic line; the case fails if any did. case_end also asks for a clean
+# kernel log and for the module to unload (and loads it again).
+case_begin() {
+	BAD=()
+	dmesg_mark
+	CASE_START=$SECONDS
+}
+
+expect() {
+	local what=$1
+	shift
+	"$@" >/dev/null 2>&1 && return 0
+	BAD+=("$what")
+	return 1
+}
+
+case_end() {
+	local name=$1 b
+	hostile_stop
+	hdisconnect || BAD+=("the controller does not go away")
+	wait_for 10 _no_rdma_resources || BAD+=("RDMA resources of the module left: $(_rdma_resources | tr '\n' ' ')")
+	dmesg_since_mark | grep -E 'nvme|rsrdma' | grep -vE 'rsrdma-mark' | head -n 14 | ktap_diag
+	grep -E '^(hostile|stale-rkey)' "$HOSTILE_LOG" | grep -v ': armed$' | head -n 6 | ktap_diag
+	dmesg_check_clean || BAD+=("the kernel log has problems (above)")
+	host_unload || BAD+=("the module does not unload")
+	host_load || BAD+=("the module does not load again")
+	ktap_diag "$name: $((SECONDS - CASE_START)) s"
+	if ((${#BAD[@]})); then
+		for b in "${BAD[@]}"; do ktap_diag "$name: failed: $b"; done
+		ktap_fail "$name"
+	else
+		ktap_ok "$name"
+	fi
+}
+
+# Reject message of each NVMe/RDMA CM reject status, as the module prints it.
+REJECT_MSG=("" "invalid private data length" "invalid record format" "invalid queue ID"
+	"invalid host SQ size" "invalid host RQ size" "resource not found" "invalid IRD"
+	"invalid ORD" "invalid controller ID")
+
+# --- cases --------------------------------------------------------------------------------------
+
+# connect_fails NAME MODE DMESG_REGEX [TARGET ARGS...]: a misbehaviour on the first connect:
+# nvme connect fails cleanly after one attempt, naming the fault; then connecting works.
+connect_fails() {
+	local name=$1 mode=$2 re=$3 out rc
+	shift 3
+	case_begin
+	if hostile_start --mode "$mode" "$@"; then
+		out=$(hconnect)
+		rc=$?
+		ktap_diag "nvme connect: status $rc: $out"
+		expect "nvme connect fails" test "$rc" != 0
+		expect "no controller is left behind" wait_for 30 _no_hctrl
+		expect "the target misbehaved ($mode)" hostile_wait 5 "^hostile $mode:"
+		expect "dmesg names the fault (/$re/)" dmesg_has "$re"
+		expect "one connect attempt, no retries" test "$(hostile_count '^conn: qid 0 connect request')" = 1
+		expect "then a connect to the same target works and moves verified data" fresh_verify
+	else
+		BAD+=("the target did not start")
+	fi
+	case_end "$name"
+}
+
+# io_fault NAME write|read MODE DMESG_REGEX [TARGET ARGS...]: a misbehaviour on the first I/O
+# command once armed, a 4 MiB write (or a 4 MiB read of data written before arming): the I/O
+# still succeeds, after error recovery and a reconnect, the data reads back intact, and a fresh
+# connect works.
+io_fault() {
+	local name=$1 on=$2 mode=$3 re=$4 dev ctrl
+	shift 4
+	case_begin
+	if hostile_start --mode "$mode" --arm signal "$@" && hconnect --reconnect-delay=1 \
+		--ctrl-loss-tmo=60 | ktap_diag && dev=$(hdev) && ctrl=$(hostile_ctrl) &&
+		{ [ "$on" = write ] || write_pattern "$dev" 8 4; } && hostile_arm; then
+		if [ "$on" = write ]; then
+			expect "a 4 MiB write through the fault succeeds" write_pattern "$dev" 8 4
+		else
+			expect "a 4 MiB read through the fault returns the data" read_check "$dev" 8 4
+		fi
+		expect "the target misbehaved ($mode)" hostile_wait 5 "^hostile $mode:"
+		expect "dmesg names the fault (/$re/)" wait_for 30 dmesg_has "$re"
+		expect "error recovery ran" dmesg_has "starting error recovery"
+		expect "the controller reconnected" wait_for 60 dmesg_has "Successfully reconnected"
+		expect "the controller is live again" wait_for 30 in_state "$ctrl" live
+		expect "the data reads back intact" read_check "$dev" 8 4
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+
+# reconnect_fault NAME MODE DNR DMESG_REGEX [TARGET ARGS...]: a connect misbehaviour on the
+# reconnect that the target forces (it closes the association after the first armed I/O).
+# Without DNR the host tries again and the controller comes back; with DNR it makes no further
+# attempt and deletes the controller.
+reconnect_fault() {
+	local name=$1 mode=$2 dnr=$3 re=$4 dev ctrl n
+	shift 4
+	case_begin
+	if hostile_start --mode "$mode" --after-reconnect --arm signal "$@" &&
+		hconnect --reconnect-delay=1 --ctrl-loss-tmo=30 | ktap_diag && dev=$(hdev) &&
+		ctrl=$(hostile_ctrl) && hostile_arm; then
+		expect "a 4 MiB write succeeds" write_pattern "$dev" 8 4
+		expect "the target closed the association" hostile_wait 10 "^hostile $mode: closing"
+		expect "the target misbehaved on the reconnect" hostile_wait 60 "^hostile $mode: [^c]"
+		expect "dmesg names the fault (/$re/)" wait_for 60 dmesg_has "$re"
+		if ((dnr)); then
+			expect "the controller is deleted" wait_for 30 in_state "$ctrl" gone
+			expect "dmesg: gives up because of DNR" dmesg_has "giving up reconnecting: connect failed with DNR"
+			sleep 3
+		else
+			expect "the controller reconnected" wait_for 60 dmesg_has "Successfully reconnected"
+			expect "the controller is live again" wait_for 30 in_state "$ctrl" live
+			expect "the data reads back intact" read_check "$dev" 8 4
+		fi
+		n=$(sed -n '/^hostile .*: closing/,$p' "$HOSTILE_LOG" | grep -c '^conn: qid 0 connect request')
+		ktap_diag "admin queue connect attempts after the target closed the association: $n"
+		if ((dnr)); then
+			expect "no retry after DNR (1 attempt, not $n)" test "$n" = 1
+		else
+			expect "retried after the failure ($n attempts)" test "$n" -ge 2
+		fi
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+
+ktap_header
+ktap_plan 39
+
+rxe_setup && host_load || {
+	ktap_diag "set-up failed"
+	leftovers | ktap_diag
+	exit 1
+}
+# Shorter command timeouts for the cases that wait for them (set around those cases only).
+SAVED_ADMIN_TIMEOUT=$(cat "$NVME_CORE/admin_timeout")
+SAVED_IO_TIMEOUT=$(cat "$NVME_CORE/io_timeout")
+if [ ! -x "$HOSTILE_BIN" ]; then
+	ktap_diag "$HOSTILE_BIN missing (tests/run.sh builds it: cargo build --release --manifest-path tests/target/Cargo.toml)"
+	exit 1
+fi
+
+# --- polite ---------------------------------------------------------------------------------------
+dmesg_mark
+hostile_start --mode polite -v
+out=$(hconnect)
+rc=$?
+ktap_diag "nvme connect: status $rc ${out}"
+dev=$(hdev)
+ctrl=$(hostile_ctrl)
+ktap_diag "device ${dev:-none} on ${ctrl:-no controller}"
+ktap_check "polite: connect, namespace of 64 MiB" test -n "$dev" -a "$(blockdev --getsize64 "$dev" 2>/dev/null)" = $((64 << 20))
+
+kb=$(cat "/sys/block/${dev##*/}/queue/max_hw_sectors_kb" 2>/dev/null)
+ktap_diag "max_hw_sectors_kb ${kb:-?} (transport limit 4096, target MDTS 8192 KiB)"
+ktap_check "polite: max_hw_sectors_kb is the transport's 4 MiB" test "$kb" = 4096
+
+# A 4 MiB write and read at LBA 16384 (8 MiB): exactly one command each at the target.
+one_command_each() {
+	local w r
+	write_pattern "$dev" 8 4 && read_check "$dev" 8 4 || { echo "data mismatch"; return 1; }
+	sleep 0.5
+	w=$(grep -E '^q[0-9]+ cid \S+ write slba (1[6-9]|2[0-4])[0-9]{3} ' "$HOSTILE_VLOG")
+	r=$(grep -E '^q[0-9]+ cid \S+ read slba (1[6-9]|2[0-4])[0-9]{3} ' "$HOSTILE_VLOG")
+	echo "target saw: $w"
+	echo "target saw: $r"
+	[ "$(wc -l <<<"$w")" = 1 ] && [ "$(wc -l <<<"$r")" = 1 ] &&
+		grep -q 'slba 16384 nlb 8192 len 4194304 keyed' <<<"$w" &&
+		grep -q 'slba 16384 nlb 8192 len 4194304 keyed' <<<"$r"
+}
+ktap_check "polite: a 4 MiB write and a 4 MiB read go as one command each" one_command_each
+ktap_check "polite: fio verify 4 KiB, QD16" fio_verify "$dev" 3 --size=16m
+ktap_check "polite: fio verify 4 MiB, QD2" fio_verify "$dev" 3 --size=32m --bs=4m --iodepth=2
+n4k=$(grep -c 'len 4096 in-capsule' "$HOSTILE_VLOG")
+n4m=$(grep -c 'len 4194304 keyed' "$HOSTILE_VLOG")
+ktap_diag "target saw $n4k in-capsule 4 KiB writes and $n4m keyed 4 MiB transfers"
+ktap_check "polite: in-capsule writes and 4 MiB keyed transfers both used" test "$n4k" -gt 0 -a "$n4m" -gt 0
+hdisconnect
+hostile_stop
+ktap_check "polite: kernel log clean" dmesg_check_clean
+
+# --- connect: CM reject with each NVMe/RDMA status ------------------------------------------------
+for n in 1 2 3 4 5 6 7 8 9; do
+	connect_fails "reject:$n (${REJECT_MSG[n]}): connect fails cleanly" "reject:$n" \
+		"connect rejected: .*nvme status $n \(${REJECT_MSG[n]}\)"
+done
+connect_fails "reject:4@io (I/O queue rejected): connect fails cleanly" "reject:4@io" \
+	"queue 1: connect rejected: .*nvme status 4"
+
+# --- connect: Connect never answered, Connect errors ----------------------------------------------
+echo 5 >"$NVME_CORE/admin_timeout"
+connect_fails "connect-hang: the Connect times out, connect fails cleanly" connect-hang \
+	"opcode 0x7f \(connect\) QID 0 timeout"
+echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout"
+connect_fails "connect-error: Connect status 'controller busy', connect fails cleanly" connect-error \
+	"Connect command failed: controller is busy"
+connect_fails "connect-error-dnr: Connect status with DNR, connect fails cleanly" connect-error-dnr \
+	"Connect command failed: controller is busy"
+
+# --- reconnect: the same faults when the target forces a reconnect ----------------------------------
+reconnect_fault "reconnect, reject:6: the host tries again, controller back" "reject:6" 0 \
+	"connect rejected: .*nvme status 6"
+echo 5 >"$NVME_CORE/admin_timeout"
+reconnect_fault "reconnect, connect-hang: the attempt times out, the next one works" connect-hang 0 \
+	"opcode 0x7f \(connect\) QID 0 timeout"
+echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout"
+reconnect_fault "reconnect, connect-error without DNR: retried, controller back" connect-error 0 \
+	"Connect command failed: controller is busy"
+reconnect_fault "reconnect, connect-error with DNR: no retry, controller deleted" connect-error-dnr 1 \
+	"Connect command failed: controller is busy"
+echo 5 >"$NVME_CORE/admin_timeout"
+reconnect_fault "reconnect, connect-hang@io: an I/O queue's Connect times out, retried" connect-hang@io 0 \
+	"opcode 0x7f \(connect\) QID [1-9][0-9]* timeout"
+echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout"
+reconnect_fault "reconnect, connect-error-dnr@io: an I/O queue's Connect fails with DNR, no retry" \
+	connect-error-dnr@io 1 "Connect command failed: controller is busy"
+
+# --- I/O: lying completions ------------------------------------------------------------------------
+io_fault "bad-cid: completion with a wrong command_id" write bad-cid \
+	"response with unknown command_id"
+io_fault "dup-cqe: duplicate completion" write dup-cqe \
+	"duplicate response for command_id|response with unknown command_id"
+io_fault "short-recv: truncated response (8 bytes)" write short-recv \
+	"truncated response of 8 bytes"
+io_fault "stray-cqe: completion for a command never sent" write stray-cqe \
+	"response with unknown command_id"
+io_fault "send-inv: SEND_WITH_INV naming a wrong RKEY" write send-inv \
+	"RECV failed with status remote invalid request error"
+io_fault "send-inv:pool: SEND_WITH_INV of the pool RKEY" write send-inv:pool \
+	"target sent SEND_WITH_INV for command_id"
+echo 5 >"$NVME_CORE/io_timeout"
+io_fault "no-complete: a command never completed (timeout, 5 s)" write no-complete \
+	"opcode 0x1 \(write\) QID [0-9]+ timeout"
+echo "$SAVED_IO_TIMEOUT" >"$NVME_CORE/io_timeout"
+io_fault "close-mid-transfer: association closed during a 4 MiB write" write close-mid-transfer \
+	"starting error recovery: (queue [0-9]+: disconnected|RECV failed|SEND failed)"
+io_fault "close-mid-transfer: association closed during a 4 MiB read" read close-mid-transfer \
+	"starting error recovery: (queue [0-9]+: disconnected|RECV failed|SEND failed)"
+
+# --- keep-alive answered late -----------------------------------------------------------------------
+late_keepalive() { # NAME HOLD_MS|"" EXPECT_RECOVERY
+	local name=$1 ms=$2 recovery=$3 dev ctrl
+	case_begin
+	if hostile_start --mode "late-keepalive${ms:+:$ms}" --arm signal &&
+		hconnect --keep-alive-tmo=5 --reconnect-delay=1 --ctrl-loss-tmo=60 | ktap_diag &&
+		dev=$(hdev) && ctrl=$(hostile_ctrl) && write_pattern "$dev" 8 1 && hostile_arm; then
+		expect "the target held a keep-alive" hostile_wait 15 "^hostile late-keepalive: holding"
+		if ((recovery)); then
+			expect "dmesg names the keep-alive timeout" wait_for 30 dmesg_has \
+				"opcode 0x18 \(keep alive\) QID 0 timeout"
+			expect "error recovery ran" dmesg_has "starting error recovery"
+			expect "the controller reconnected" wait_for 60 dmesg_has "Successfully reconnected"
+		else
+			expect "the target answered late" hostile_wait 15 "^hostile late-keepalive: answered"
+			sleep 2
+			expect "no error recovery" eval '! dmesg_has "starting error recovery|timeout"'
+		fi
+		expect "the controller is live" wait_for 30 in_state "$ctrl" live
+		expect "the data reads back intact" read_check "$dev" 8 1
+		expect "a 4 MiB write and read work" eval "write_pattern $dev 8 4 && read_check $dev 8 4"
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+late_keepalive "late-keepalive: answered after KATO (5 s) + 3 s, recovery" "" 1
+late_keepalive "late-keepalive:1500: answered late but within KATO, tolerated" 1500 0
+
+# --- the previous association's RKEY must be dead ---------------------------------------------------
+# The target records the RKEY of a 4 MiB write, closes the association; on the new one it tries
+# an RDMA WRITE with the recorded RKEY before serving the next command.
+our_rkeys() {
+	rdma resource show mr 2>/dev/null | grep -E "\[nvme_(rsrdma|rdma)\]" | grep -o 'rkey 0x[0-9a-f]*' |
+		cut -d' ' -f2
+}
+stale_rkey() {
+	local name="stale-rkey: RDMA WRITE with the previous association's RKEY fails at the target"
+	local dev ctrl key
+	case_begin
+	if hostile_start --mode stale-rkey --arm signal -v &&
+		hconnect --reconnect-delay=1 --ctrl-loss-tmo=60 | ktap_diag && dev=$(hdev) &&
+		ctrl=$(hostile_ctrl) && hostile_arm; then
+		expect "a 4 MiB write succeeds" write_pattern "$dev" 8 4
+		expect "the target recorded the RKEY and closed the association" \
+			hostile_wait 10 "^hostile stale-rkey: recorded"
+		key=$(sed -n 's/^hostile stale-rkey: recorded rkey \(0x[0-9a-f]*\) .*/\1/p' "$HOSTILE_LOG")
+		expect "the controller reconnected" wait_for 60 dmesg_has "Successfully reconnected"
+		expect "the controller is live again" wait_for 30 in_state "$ctrl" live
+		ktap_diag "recorded rkey ${key:-none}; the module's MRs now: $(our_rkeys | tr '\n' ' ')"
+		expect "the recorded RKEY is no longer registered" eval "[ -n '$key' ] && ! our_rkeys | grep -qx '$key'"
+		expect "the data reads back intact (through the stale WRITE and a second recovery)" \
+			read_check "$dev" 8 4
+		expect "the target tried the stale RKEY" hostile_wait 30 "^hostile stale-rkey: RDMA WRITE"
+		expect "the stale WRITE failed with a remote access error at the target" \
+			hostile_wait 30 "^stale-rkey result: remote-access-error"
+		grep '^stale-rkey result' "$HOSTILE_LOG" | ktap_diag
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+stale_rkey
+
+ktap_check "module unloads at the end" host_unload
+ktap_finish
