@@ -337,7 +337,7 @@ impl RdmaCtrl {
         let slot_size = crate::glue::slot_bytes()
             .next_power_of_two()
             .clamp(512, 1 << 20);
-        let io_large = crate::glue::io_pool_bytes().clamp(u64::from(MAX_IO_BYTES), 16 << 20);
+        let io_large = crate::glue::io_pool_bytes().clamp(u64::from(MAX_IO_BYTES), 64 << 20);
         let cfg = PoolConfig {
             nr_io_queues: nr_io as u16,
             io_depth,

@@ -29,10 +29,10 @@ module_param_named(slot_kib, rsrdma_slot_kib, uint, 0444);
 MODULE_PARM_DESC(slot_kib,
 		 "Per-tag pool slot in KiB: I/O up to this size uses its tag's slot, no allocation (default 16)");
 
-unsigned int rsrdma_io_pool_mib = 8;
+unsigned int rsrdma_io_pool_mib = 16;
 module_param_named(io_pool_mib, rsrdma_io_pool_mib, uint, 0444);
 MODULE_PARM_DESC(io_pool_mib,
-		 "Pool area in MiB per I/O queue for I/O larger than a slot, at least 4 (default 8)");
+		 "Pool area in MiB per controller, shared by its I/O queues, for I/O larger than a slot: 4 to 64 (default 16)");
 
 /* Logging ------------------------------------------------------------------------------- */
 

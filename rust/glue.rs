@@ -152,7 +152,7 @@ pub(crate) fn slot_bytes() -> u32 {
     unsafe { bindings::rsrdma_slot_kib }.saturating_mul(1024)
 }
 
-/// The per-I/O-queue large area size in bytes (`io_pool_mib`).
+/// The size in bytes of a controller's I/O large area (`io_pool_mib`).
 pub(crate) fn io_pool_bytes() -> u64 {
     // SAFETY: a module parameter, read-only (0444) after load.
     u64::from(unsafe { bindings::rsrdma_io_pool_mib }) << 20

@@ -8,8 +8,9 @@
 //!   (its tag's slot, or a block of the large area); writes are copied in; the command gets one
 //!   SGL descriptor (keyed: pool address, length, the pool's RKEY; or in-capsule for small
 //!   writes) and is sent.
-//! - The request completes once both its send and its response completed; reads are copied
-//!   out of the pool in `complete`, on the submitting CPU, and the slice is returned.
+//! - The request completes when its response arrives (sends are signaled only now and then,
+//!   see `Queue::post_command`); reads are copied out of the pool in `complete`, on the
+//!   submitting CPU, and the slice is returned.
 
 use crate::bindings;
 use crate::ctrl::RdmaCtrl;
@@ -41,9 +42,8 @@ const NO_DATA: u64 = u64::MAX;
 pub(crate) struct Request {
     nreq: Opaque<bindings::nvme_request>,
     cmd: Opaque<bindings::nvme_command>,
-    send_cqe: Opaque<bindings::ib_cqe>,
     queue: *const Queue,
-    /// Outstanding completions: the send and the response.
+    /// Outstanding completions: 1 (the response) while in flight, 0 otherwise.
     refs: AtomicU32,
     responded: AtomicBool,
     status: AtomicU16,
@@ -100,8 +100,8 @@ impl Request {
         })
     }
 
-    /// Drops one of the two completion references; true when it was the last. False also when
-    /// there was none (a completion for a command not in flight), which `take_ref` reports.
+    /// Drops the completion reference: `Some(true)` when it was held, `None` when there was
+    /// none (a completion for a command not in flight).
     fn put_ref(&self) -> Option<bool> {
         self.refs
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
@@ -110,7 +110,7 @@ impl Request {
     }
 }
 
-/// Completes a request once its send and its response are both done.
+/// Completes a request whose response arrived.
 fn end_request(req: &Request) {
     match req.put_ref() {
         Some(true) => {
@@ -188,40 +188,6 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     end_request(req);
 }
 
-/// Completion of a command send.
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: the completion of a send posted by `queue_rq`, whose `wr_cqe` is the `send_cqe`
-    // of a request of ours.
-    let (wc, req) = unsafe {
-        let wc = &*wc;
-        let cqe = wc.__bindgen_anon_1.wr_cqe as *const u8;
-        (
-            wc,
-            &*(cqe.sub(offset_of!(Request, send_cqe)) as *const Request),
-        )
-    };
-    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
-        let q = req.queue();
-        if q.ctrl().nvme().state() == State::Live {
-            log_err!(
-                q.ctrl().nvme().as_ptr(),
-                "queue {}: SEND failed: {} ({})",
-                q.qid(),
-                crate::rdma::wc_status_msg(wc.status),
-                wc.status
-            );
-        }
-        q.ctrl()
-            .error_recovery(format_args!("SEND failed on queue {}", q.qid()));
-        return;
-    }
-    end_request(req);
-}
-
 /// Copies between a request's data pages and a pool slice.
 struct CopyCursor<'a> {
     pool: &'a Pool,
@@ -292,7 +258,7 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
         core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE)
     };
 
-    req.refs.store(2, Ordering::Relaxed);
+    req.refs.store(1, Ordering::Relaxed);
     req.responded.store(false, Ordering::Relaxed);
     req.set_data(None);
 
@@ -360,9 +326,8 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
     }
     // SAFETY: ring entry `tag` belongs to this request while it is in flight.
     unsafe { core::ptr::copy_nonoverlapping(sqe.as_ptr(), queue.sqe(tag as usize), SQE_SIZE) };
-    // SAFETY: `send_cqe` lives in the PDU, which outlives the send; `inline` names registered
-    // pool memory.
-    unsafe { queue.post_command(conn, tag as usize, req.send_cqe.get(), inline) }
+    // SAFETY: `inline` names registered pool memory.
+    unsafe { queue.post_command(conn, tag as usize, inline) }
 }
 
 /// Releases a request's data slice, copying read data out first when the command succeeded.
@@ -445,8 +410,9 @@ unsafe extern "C" fn queue_rq(
         }
         Err(e) => {
             unmap_data(ctrl, queue.qid(), rq, req, false);
-            if e == EAGAIN {
-                // The large area is full: blk-mq retries when I/O completes.
+            if e == EAGAIN || e == ENOMEM {
+                // The large area or the send queue is full: blk-mq retries when I/O
+                // completes.
                 // SAFETY: as above.
                 unsafe { bindings::nvme_cleanup_cmd(rq) };
                 return BLK_STS_RESOURCE;
@@ -617,9 +583,6 @@ unsafe extern "C" fn init_request(
             return EINVAL.to_errno();
         };
         let pdu = bindings::rsrdma_rq_pdu(rq) as *mut Request;
-        core::ptr::addr_of_mut!((*pdu).send_cqe).write(Opaque::new(bindings::ib_cqe {
-            done: Some(send_done),
-        }));
         core::ptr::addr_of_mut!((*pdu).queue).write(queue);
         core::ptr::addr_of_mut!((*pdu).refs).write(AtomicU32::new(0));
         core::ptr::addr_of_mut!((*pdu).responded).write(AtomicBool::new(false));

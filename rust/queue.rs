@@ -36,6 +36,8 @@ const CM_RESOLVE_TIMEOUT_MS: u32 = 3000;
 const CM_CONNECT_TIMEOUT_MS: u32 = 10000;
 /// How long to wait for the pool registration work request to complete.
 const REG_TIMEOUT_MS: u32 = 5000;
+/// One command send in this many asks for a completion (see `Queue::post_command`).
+const SIGNAL_EVERY: u32 = 16;
 
 /// Queue flag bits.
 const ALLOCATED: u32 = 1 << 0;
@@ -131,6 +133,10 @@ pub(crate) struct Queue {
     reg_done: Completion,
     reg_cqe: Opaque<WaitCqe>,
     aen_cqe: Opaque<bindings::ib_cqe>,
+    /// Completion entry of every command send (see `post_command`).
+    send_cqe: Opaque<bindings::ib_cqe>,
+    /// Command sends posted, for choosing the ones to signal.
+    sends: AtomicU32,
     conn: ConnCell<Conn>,
     stats: QueueStats,
 }
@@ -190,6 +196,8 @@ impl Queue {
                 status: AtomicI32::new(0),
             }),
             aen_cqe: Opaque::new(bindings::ib_cqe { done: Some(aen_send_done) }),
+            send_cqe: Opaque::new(bindings::ib_cqe { done: Some(send_done) }),
+            sends: AtomicU32::new(0),
             conn: ConnCell::new(),
             stats: QueueStats::default(),
         }? Error))
@@ -299,8 +307,9 @@ impl Queue {
             self.rsps.len,
             DmaDir::FromDevice,
         )?;
-        // One CQE per receive and send, plus the registration, the AEN and the drain's two.
-        let cq_size = 2 * depth + 4;
+        // One CQE per receive and per send queue entry (a flush completes unsignaled sends
+        // too), plus the registration, the AEN and the drain's two.
+        let cq_size = 3 * depth + 6;
         let vector = if self.qid == 0 {
             0
         } else {
@@ -320,8 +329,10 @@ impl Queue {
             qp_type: bindings::ib_qp_type_IB_QPT_RC,
             ..Default::default()
         };
-        // SEND per command, plus REG_MR (admin) and the drain.
-        attr.cap.max_send_wr = depth + 2;
+        // SEND per command, plus REG_MR (admin), the AEN and the drain. Room for twice the
+        // depth: with selective signaling, a provider may only reclaim the entries of sends
+        // that completed unsignaled at the next signaled completion.
+        attr.cap.max_send_wr = 2 * depth + 3;
         attr.cap.max_recv_wr = depth + 1;
         attr.cap.max_send_sge = 2;
         attr.cap.max_recv_sge = 1;
@@ -562,18 +573,44 @@ impl Queue {
         self.sqes.entry(index, SQE_SIZE)
     }
 
-    /// Sends the command in ring entry `index`, with in-capsule data `inline` if any; the
-    /// send completion goes to `cqe`.
+    /// Sends the command in ring entry `index`, with in-capsule data `inline` if any.
+    ///
+    /// Only one send in [`SIGNAL_EVERY`] asks for a completion (a failed send always
+    /// completes, and starts error recovery); the request completes on its response alone.
+    /// That is safe because the response proves that the target received the whole capsule, and
+    /// the command ring and the pool stay registered until the QP is drained: a send the
+    /// adapter retransmits after its ring entry or slot was reused is a duplicate the target
+    /// drops. The C driver signals every send because it unmaps and invalidates per command.
+    /// Returns `ENOMEM` when the send queue is full.
+    ///
+    /// # Safety
+    ///
+    /// `inline` must describe registered pool memory.
+    pub(crate) unsafe fn post_command(
+        &self,
+        conn: &Conn,
+        index: usize,
+        inline: Option<bindings::ib_sge>,
+    ) -> Result {
+        let n = self.sends.fetch_add(1, Ordering::Relaxed);
+        let signaled = n % SIGNAL_EVERY == SIGNAL_EVERY - 1;
+        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; `inline` per the
+        // contract.
+        unsafe { self.post_capsule(conn, index, self.send_cqe.get(), signaled, inline) }
+    }
+
+    /// Posts the SEND of ring entry `index`.
     ///
     /// # Safety
     ///
     /// `cqe` must stay valid until the send completes or the QP is drained, and `inline` must
     /// describe registered pool memory.
-    pub(crate) unsafe fn post_command(
+    unsafe fn post_capsule(
         &self,
         conn: &Conn,
         index: usize,
         cqe: *mut bindings::ib_cqe,
+        signaled: bool,
         inline: Option<bindings::ib_sge>,
     ) -> Result {
         let offset = index * SQE_SIZE;
@@ -590,7 +627,11 @@ impl Queue {
             sg_list: sge.as_mut_ptr(),
             num_sge: if inline.is_some() { 2 } else { 1 },
             opcode: bindings::ib_wr_opcode_IB_WR_SEND,
-            send_flags: bindings::ib_send_flags_IB_SEND_SIGNALED,
+            send_flags: if signaled {
+                bindings::ib_send_flags_IB_SEND_SIGNALED
+            } else {
+                0
+            },
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe;
@@ -646,7 +687,7 @@ impl Queue {
         // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding.
         unsafe { core::ptr::copy_nonoverlapping(cmd.as_ptr(), sqe, SQE_SIZE) };
         // SAFETY: `aen_cqe` lives in the queue.
-        if let Err(e) = unsafe { self.post_command(conn, index, self.aen_cqe.get(), None) } {
+        if let Err(e) = unsafe { self.post_capsule(conn, index, self.aen_cqe.get(), true, None) } {
             log_err!(
                 self.nvme(),
                 "posting the async event request failed ({:?})",
@@ -877,6 +918,20 @@ unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_
     }
     conn.rsp_map.sync_for_device(offset, CQE_SIZE);
     let _ = queue.post_recv(conn, rc.index);
+}
+
+/// Completion of a command send: a signaled one, or one that failed.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
+unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: valid completion of a send posted by `post_command`, whose QP context is the
+    // queue.
+    let (wc, queue) = unsafe { (&*wc, &*((*(*wc).qp).qp_context as *const Queue)) };
+    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
+        queue.wr_error(wc, "SEND");
+    }
 }
 
 /// Completion of the asynchronous event request send.
