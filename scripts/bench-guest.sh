@@ -4,17 +4,20 @@
 # The guest side of `make bench` (run by scripts/bench.sh through scripts/vm.sh): the same fio
 # jobs through nvme_rsrdma ("rsrdma") and the C nvme-rdma ("rdma"), interleaved round by round
 # against the same nvmet-rdma target over the same rxe device, on a null_blk namespace without
-# and with memory backing; plus the raw bandwidth of rxe (perftest, polling and event mode).
+# and with memory backing, and against the project's own target (tests/target, rsrdma-target:
+# memory backed, MDTS 8 MiB, so that rsrdma moves 4 MiB in one command where the C driver,
+# limited to 255 pages per registration, needs five); plus the raw bandwidth of rxe (perftest,
+# polling and event mode, one and two QPs).
 # Every measurement is one JSON object per line in $RSRDMA_OUT/bench.jsonl.
 #
-# Environment: BENCH_ROUNDS (3), BENCH_SECONDS per job (5), BENCH_BACKINGS ("null mem"),
-# BENCH_JOBS (a subset of the job names below, default all).
+# Environment: BENCH_ROUNDS (3), BENCH_SECONDS per job (5), BENCH_BACKINGS ("null mem own"),
+# BENCH_JOBS (a subset of the job names below, default all; the own target runs OWN_JOBS).
 set -u
 . "$RSRDMA_REPO/tests/lib/common.sh"
 
 ROUNDS=${BENCH_ROUNDS:-3}
 SECS=${BENCH_SECONDS:-5}
-BACKINGS=${BENCH_BACKINGS:-null mem}
+BACKINGS=${BENCH_BACKINGS:-null mem own}
 NQN_BENCH=nqn.2026-11.io.rsrdma:bench
 OUTF=$RSRDMA_OUT/bench.jsonl
 CPUS=$(nproc)
@@ -30,9 +33,12 @@ JOBS=(
 	"seqwrite4m write 4m 4 1"
 	"seqread4m read 4m 4 1"
 )
+# The own target, memory backed, runs the jobs whose figures it is for.
+OWN_JOBS="iops4k seqread128k seqwrite128k seqwrite4m seqread4m"
 
 cleanup() {
 	host_disconnect_all >/dev/null 2>&1
+	hostile_stop >/dev/null 2>&1
 	rsrdma_unload >/dev/null 2>&1
 	module_unload nvme_rdma >/dev/null 2>&1
 	rm -f "$NVMET_CFS/ports/1/subsystems/$NQN_BENCH" 2>/dev/null
@@ -86,24 +92,36 @@ run_job() {
 	tail -n1 "$OUTF" | python3 "$RSRDMA_REPO/scripts/bench.py" show >&2
 }
 
-connect() { # TRANSPORT: prints the block device
-	timeout 60 nvme connect -t "$1" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_BENCH" >/dev/null || return 1
-	wait_for 30 nvme_dev_for_nqn "$NQN_BENCH" >/dev/null || return 1
-	nvme_dev_for_nqn "$NQN_BENCH"
+connect() { # TRANSPORT PORT NQN: prints the block device
+	local dev q
+	timeout 60 nvme connect -t "$1" -a "$TARGET_ADDR" -s "$2" -n "$3" >/dev/null || return 1
+	wait_for 30 nvme_dev_for_nqn "$3" >/dev/null || return 1
+	dev=$(nvme_dev_for_nqn "$3")
+	# Let the block layer build commands as large as the transport and target allow (its
+	# default stops at 1280 KiB).
+	q=/sys/block/${dev##*/}/queue
+	cat "$q/max_hw_sectors_kb" >"$q/max_sectors_kb" 2>/dev/null
+	echo "$dev"
 }
 
-raw_rxe() { # MODE(write|read) POLL(poll|event): ib_{write,read}_bw between two processes on rxe0
-	local mode=$1 poll=$2 ev=() port=$((18515 + RANDOM % 1000)) out bw
-	[ "$poll" = event ] && ev=(-e)
-	timeout 120 "ib_${mode}_bw" -d rxe0 -F -s 4194304 -n 64 -p "$port" "${ev[@]}" >/dev/null 2>&1 &
+# raw_rxe MODE(write|read) POLL(poll|event) QPS: ib_{write,read}_bw between two processes on
+# rxe0, 4 MiB messages over QPS queue pairs. perftest's output is kept in $RSRDMA_OUT.
+raw_rxe() {
+	local mode=$1 poll=$2 qps=$3 args port=$((18515 + RANDOM % 1000)) out bw
+	local log=$RSRDMA_OUT/raw-ib_${mode}_bw-$poll-q$qps.txt
+	args=(-d rxe0 -F -s 4194304 -n 64 -q "$qps" -p "$port")
+	[ "$poll" = event ] && args+=(-e)
+	timeout 120 "ib_${mode}_bw" "${args[@]}" >"$log.server" 2>&1 &
 	sleep 1
-	out=$(timeout 120 "ib_${mode}_bw" -d rxe0 -F -s 4194304 -n 64 -p "$port" "${ev[@]}" "$TARGET_ADDR" 2>&1)
+	out=$(timeout 120 "ib_${mode}_bw" "${args[@]}" "$TARGET_ADDR" 2>&1)
 	wait
+	echo "$out" >"$log"
 	# The result line: bytes iterations BW-peak BW-average MsgRate (MB/sec, 10^6).
-	bw=$(awk '$1 == 4194304 { print $4 }' <<<"$out" | tail -n1)
-	note "raw rxe ib_${mode}_bw ($poll): ${bw:-?} MB/s"
-	printf '{"raw": "ib_%s_bw", "poll": "%s", "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
-		"$mode" "$poll" "$(awk -v b="${bw:-0}" 'BEGIN { print b * 1e6 / 2^20 }')" >>"$OUTF"
+	bw=$(awk '$1 == 4194304 && $4 ~ /^[0-9.]+$/ { print $4 }' <<<"$out" | tail -n1)
+	note "raw rxe ib_${mode}_bw ($poll, $qps QP): ${bw:-?} MB/s$([ -n "$bw" ] || echo " (no result: $log)")"
+	[ -n "$bw" ] || return 0
+	printf '{"raw": "ib_%s_bw", "poll": "%s", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
+		"$mode" "$poll" "$qps" "$(awk -v b="$bw" 'BEGIN { print b * 1e6 / 2^20 }')" >>"$OUTF"
 }
 
 rxe_setup && target_setup || { note "set-up failed"; exit 1; }
@@ -113,24 +131,36 @@ printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "sec
 	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "$ROUNDS" "$SECS" >>"$OUTF"
 
 for poll in poll event; do
-	raw_rxe write "$poll"
-	raw_rxe read "$poll"
+	for qps in 1 2; do
+		raw_rxe write "$poll" "$qps"
+		raw_rxe read "$poll" "$qps"
+	done
 done
 
 for backing in $BACKINGS; do
-	bench_target "$backing" || { note "bench target ($backing) failed"; exit 1; }
+	if [ "$backing" = own ]; then
+		hostile_start --mode polite -s 512 --mdts-kib 8192 || { note "rsrdma-target did not start"; exit 1; }
+		port=$HOSTILE_PORT nqn=$HOSTILE_NQN jobs=$OWN_JOBS
+	else
+		bench_target "$backing" || { note "bench target ($backing) failed"; exit 1; }
+		port=$TARGET_PORT nqn=$NQN_BENCH jobs=
+	fi
 	for ((r = 1; r <= ROUNDS; r++)); do
 		# Interleaved A B, alternating which goes first.
 		if ((r % 2)); then order="rsrdma rdma"; else order="rdma rsrdma"; fi
 		for t in $order; do
-			dev=$(connect "$t") || { note "connect $t failed"; exit 1; }
-			note "$backing round $r: $t on $dev ($(cat "/sys/block/${dev##*/}/queue/max_hw_sectors_kb") KiB max I/O)"
+			dev=$(connect "$t" "$port" "$nqn") || { note "connect $t to the $backing target failed"; exit 1; }
+			max_kb=$(cat "/sys/block/${dev##*/}/queue/max_sectors_kb")
+			note "$backing round $r: $t on $dev ($max_kb KiB max I/O)"
+			printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d}}\n' "$backing" "$t" "$max_kb" >>"$OUTF"
 			for job in "${JOBS[@]}"; do
 				[ -z "${BENCH_JOBS:-}" ] || [[ " $BENCH_JOBS " == *" ${job%% *} "* ]] || continue
+				[ -z "$jobs" ] || [[ " $jobs " == *" ${job%% *} "* ]] || continue
 				run_job "$backing" "$t" "$r" "$dev" "$job"
 			done
 			host_disconnect_all >/dev/null
 		done
 	done
+	[ "$backing" != own ] || hostile_stop
 done
 note "done"

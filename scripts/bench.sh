@@ -5,13 +5,18 @@
 # and against the raw bandwidth of rxe (see scripts/bench-guest.sh). Prints one table and
 # writes it as JSON to results/bench-<time>.json; the raw measurements stay in out/bench-<time>/.
 #
-# BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_BACKINGS ("null mem"), BENCH_JOBS (all).
+# BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_BACKINGS ("null mem own"), BENCH_JOBS (all).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 [ -f "$repo/nvme_rsrdma.ko" ] || die "nvme_rsrdma.ko is not built: run make (or make bench)"
+# The project's own target (tests/target), one of the benchmark's peers.
+cargo=$HOME/.cargo/bin/cargo
+[ -x "$cargo" ] || cargo=cargo
+"$cargo" build --release --quiet --manifest-path "$repo/tests/target/Cargo.toml" ||
+	die "cargo build of tests/target failed"
 stamp=$(date +%Y%m%d-%H%M%S)
 out=$repo/out/bench-$stamp
 mkdir -p "$out" "$repo/results"
@@ -20,7 +25,7 @@ accel=$("$here/accel.sh" "$kdir")
 start=$(date +%s)
 rc=0
 "$here/vm.sh" -t 2400 -o "$out" -- env BENCH_ACCEL="$accel" BENCH_ROUNDS="${BENCH_ROUNDS:-3}" \
-	BENCH_SECONDS="${BENCH_SECONDS:-5}" BENCH_BACKINGS="${BENCH_BACKINGS:-null mem}" \
+	BENCH_SECONDS="${BENCH_SECONDS:-5}" BENCH_BACKINGS="${BENCH_BACKINGS:-null mem own}" \
 	BENCH_JOBS="${BENCH_JOBS:-}" scripts/bench-guest.sh || rc=$?
 python3 "$here/bench.py" report "$out/bench.jsonl" "$repo/results/bench-$stamp.json" | tee "$out/report.txt"
 log "make bench: $( ((rc)) && echo "FAILED (status $rc)" || echo "done") in $(($(date +%s) - start)) s"
