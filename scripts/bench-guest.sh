@@ -163,4 +163,33 @@ for backing in $BACKINGS; do
 	done
 	[ "$backing" != own ] || hostile_stop
 done
+# BENCH_PROFILE=1: where the time goes, for each transport: perf over the whole guest (-a -g)
+# for 6 s of the 4 KiB QD32 random read job (or BENCH_PROFILE_JOB) against the null target;
+# the top symbols and modules go to $RSRDMA_OUT/profile-<transport>.txt.
+if [ "${BENCH_PROFILE:-0}" = 1 ]; then
+	echo -1 >/proc/sys/kernel/perf_event_paranoid
+	echo 0 >/proc/sys/kernel/kptr_restrict
+	pjob=${BENCH_PROFILE_JOB:-iops4k}
+	bench_target null || { note "bench target (null) failed"; exit 1; }
+	for t in rsrdma rdma; do
+		dev=$(connect "$t" "$TARGET_PORT" "$NQN_BENCH") || { note "connect $t failed"; exit 1; }
+		for job in "${JOBS[@]}"; do
+			[ "${job%% *}" = "$pjob" ] || continue
+			SECS=12 run_job profile "$t" 1 "$dev" "$job" &
+			sleep 4
+			perf record -q -a -g -o "/tmp/perf.$t" -- sleep 6 >/dev/null 2>&1
+			wait
+		done
+		host_disconnect_all >/dev/null
+		{
+			echo "== $t, $pjob: share of samples by module"
+			perf report -i "/tmp/perf.$t" --no-children --sort dso --stdio 2>/dev/null |
+				grep -E '^ +[0-9]' | head -n 15
+			echo "== $t, $pjob: top symbols (self)"
+			perf report -i "/tmp/perf.$t" --no-children --sort dso,symbol --stdio 2>/dev/null |
+				grep -E '^ +[0-9]' | head -n 40
+		} >"$RSRDMA_OUT/profile-$t.txt"
+		note "profile of $t: $(grep -c . "$RSRDMA_OUT/profile-$t.txt") lines in profile-$t.txt"
+	done
+fi
 note "done"

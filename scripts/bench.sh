@@ -5,7 +5,8 @@
 # and against the raw bandwidth of rxe (see scripts/bench-guest.sh). Prints one table and
 # writes it as JSON to results/bench-<time>.json; the raw measurements stay in out/bench-<time>/.
 #
-# BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_BACKINGS ("null mem own"), BENCH_JOBS (all).
+# BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_BACKINGS ("null mem own"), BENCH_JOBS (all),
+# BENCH_PROFILE=1 (a perf profile of each transport, see scripts/bench-guest.sh).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +27,10 @@ start=$(date +%s)
 rc=0
 "$here/vm.sh" -t 2400 -o "$out" -- env BENCH_ACCEL="$accel" BENCH_ROUNDS="${BENCH_ROUNDS:-3}" \
 	BENCH_SECONDS="${BENCH_SECONDS:-5}" BENCH_BACKINGS="${BENCH_BACKINGS:-null mem own}" \
-	BENCH_JOBS="${BENCH_JOBS:-}" scripts/bench-guest.sh || rc=$?
+	BENCH_JOBS="${BENCH_JOBS:-}" BENCH_PROFILE="${BENCH_PROFILE:-0}" scripts/bench-guest.sh || rc=$?
 python3 "$here/bench.py" report "$out/bench.jsonl" "$repo/results/bench-$stamp.json" | tee "$out/report.txt"
+for f in "$out"/profile-*.txt; do
+	[ -f "$f" ] && cat "$f"
+done
 log "make bench: $( ((rc)) && echo "FAILED (status $rc)" || echo "done") in $(($(date +%s) - start)) s"
 exit $rc

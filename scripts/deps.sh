@@ -17,6 +17,8 @@ debs=(
 	qemu-system-x86 busybox-static
 	# tools used inside the guest (the guest shares the host root filesystem)
 	nvme-cli fio rdma-core ibverbs-utils rdmacm-utils perftest iproute2 e2fsprogs librdmacm-dev libibverbs-dev
+	# profiles of make bench (BENCH_PROFILE=1)
+	linux-perf
 	# documentation checks
 	python3-docutils
 )
