@@ -40,14 +40,6 @@ _no_ctrl_for() {
 	return 0
 }
 
-ctrl_for() { # NQN: print the controller directory in sysfs
-	local c
-	for c in /sys/class/nvme/nvme*; do
-		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { echo "$c"; return 0; }
-	done
-	return 1
-}
-
 # RDMA resources of the kernel (the QPs, CQs, MRs, PDs and CM ids our module and the target
 # hold), one "type count" per line. CQs count only when in use: the RDMA core keeps the CQs of
 # its shared CQ pool (ib_cq_pool_get) allocated until the device goes away.

@@ -124,14 +124,6 @@ modprobe_params() {
 ktap_check "modprobe nvme_rsrdma with parameters, modprobe -r" modprobe_params
 
 # --- autoload through the nvme-rsrdma alias ----------------------------------------------------
-ctrl_of() { # NQN: the controller directory in sysfs
-	local c
-	for c in /sys/class/nvme/nvme*; do
-		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { echo "$c"; return 0; }
-	done
-	return 1
-}
-
 # autoload_connect TRANSPORT: nvme connect with nvme_rsrdma not loaded; it must be loaded
 # (and the C nvme_rdma not), the controller live on TRANSPORT with its namespace.
 autoload_connect() {
@@ -152,7 +144,7 @@ autoload_connect() {
 	_module_loaded nvme_rsrdma || { echo "nvme_rsrdma was not loaded"; return 1; }
 	! _module_loaded nvme_rdma || { echo "the C nvme_rdma was loaded"; return 1; }
 	wait_for 30 nvme_dev_for_nqn "$NQN_NULL" || { echo "no namespace"; return 1; }
-	c=$(ctrl_of "$NQN_NULL") || return 1
+	c=$(ctrl_for "$NQN_NULL") || return 1
 	echo "${c##*/}: transport=$(cat "$c/transport") state=$(cat "$c/state") $(nvme_dev_for_nqn "$NQN_NULL")"
 	[ "$(cat "$c/transport")" = "$transport" ] && [ "$(cat "$c/state")" = live ]
 }

@@ -9,8 +9,8 @@
 #               ktap_skip NAME REASON, ktap_check NAME CMD..., ktap_diag MSG..., ktap_finish
 #   fabric      rxe_setup, rxe_teardown
 #   target      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems)
-#   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, nvme_dev_for_nqn NQN,
-#               fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
+#   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, ctrl_for NQN,
+#               nvme_dev_for_nqn NQN, fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
 #   kernel log  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check
 #   misc        wait_for TIMEOUT_S CMD..., run_diag CMD..., fio_verify DEV SECONDS [FIO ARGS...],
 #               module_unload NAME
@@ -350,6 +350,15 @@ _no_fabrics_ctrl() {
 		[ -e "$c/transport" ] && [ "$(cat "$c/transport")" != pcie ] && return 1
 	done
 	return 0
+}
+
+# ctrl_for NQN: print the sysfs directory of the (first) controller connected to NQN.
+ctrl_for() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { echo "$c"; return 0; }
+	done
+	return 1
 }
 
 # nvme_dev_for_nqn NQN: print /dev/nvmeXnY, the block device of the first namespace of the
@@ -764,8 +773,5 @@ hostile_count() { grep -cE -- "$1" "$HOSTILE_LOG"; }
 
 hostile_ctrl() {
 	local c
-	for c in /sys/class/nvme/nvme*; do
-		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$HOSTILE_NQN" ] && { echo "${c##*/}"; return 0; }
-	done
-	return 1
+	c=$(ctrl_for "$HOSTILE_NQN") && echo "${c##*/}"
 }

@@ -52,8 +52,6 @@ Modes:
   late-keepalive[:MS]      answer a keep-alive MS ms late (default: KATO + 3 s)
   stale-rkey               record an RKEY, close the association, and on the new one try an
                            RDMA WRITE with the old RKEY (reported as 'stale-rkey result: ...')
-  oob-read                 (a probe) RDMA READ of 4 KiB just past a command's buffer with its
-                           RKEY (reported as 'oob-read result: ...')
 
 Output: one line per connection, queue, controller and misbehaviour on stdout; with -v one
 line per command on stderr.

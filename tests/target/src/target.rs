@@ -37,7 +37,6 @@ pub enum Mode {
     CloseMid,
     LateKeepAlive(Option<u64>),
     StaleRkey,
-    OobRead,
 }
 
 impl Mode {
@@ -71,7 +70,6 @@ impl Mode {
             ("late-keepalive", None) => Mode::LateKeepAlive(None),
             ("late-keepalive", Some(ms)) => Mode::LateKeepAlive(Some(ms.parse().ok()?)),
             ("stale-rkey", None) => Mode::StaleRkey,
-            ("oob-read", None) => Mode::OobRead,
             _ => return None,
         };
         let connect_mode = matches!(
@@ -110,7 +108,6 @@ impl Mode {
             Mode::CloseMid => "close-mid-transfer".into(),
             Mode::LateKeepAlive(_) => "late-keepalive".into(),
             Mode::StaleRkey => "stale-rkey".into(),
-            Mode::OobRead => "oob-read".into(),
         }
     }
 }
@@ -167,7 +164,6 @@ const K_READ: u64 = 3;
 const K_WRITE: u64 = 4;
 const K_STALE: u64 = 5;
 const K_MID: u64 = 6;
-const K_OOB: u64 = 7;
 
 fn wr_id(kind: u64, cid: u16, aux: u32) -> u64 {
     (kind << 56) | (u64::from(cid) << 32) | u64::from(aux)
@@ -886,9 +882,6 @@ impl Target {
         let aux = wc.wr_id as u32;
         if kind == K_STALE {
             return self.stale_done(q, cid, wc.status);
-        }
-        if kind == K_OOB {
-            return self.oob_done(q, cid, wc.status);
         }
         if wc.status != WC_SUCCESS {
             if q.closing || wc.status == WC_FLUSH_ERR {
@@ -1749,38 +1742,6 @@ impl Target {
                 }
                 true
             }
-            Mode::OobRead => {
-                let Some((addr, l, key)) = keyed else {
-                    return false;
-                };
-                h.done = true;
-                cmd.held = true;
-                let at = addr + u64::from(l);
-                say!(
-                    "hostile oob-read: RDMA READ of 4096 bytes at addr {at:#x}, just past the {what} (addr {addr:#x}), with its rkey {key:#x}"
-                );
-                let (ptr, lkey) = (self.zeros.at(ZEROS - 4096), self.zeros.lkey);
-                // SAFETY: our QP, registered memory (the last page of the zero region, which
-                // nothing reads: log pages are much shorter).
-                let r = unsafe {
-                    shim_post_send(
-                        q.qp,
-                        wr_id(K_OOB, cid, 0),
-                        OP_READ,
-                        F_SIGNALED,
-                        ptr,
-                        4096,
-                        lkey,
-                        at,
-                        key,
-                        0,
-                    )
-                };
-                if r < 0 {
-                    say!("oob-read result: post failed ({})", errno_str(r));
-                }
-                true
-            }
             Mode::StaleRkey => {
                 let Some((addr, l, key)) = keyed else {
                     return false;
@@ -1838,30 +1799,6 @@ impl Target {
                 }
             }
             _ => false,
-        }
-    }
-
-    fn oob_done(&mut self, q: &mut Queue, cid: u16, status: u32) {
-        // Zero the page again: it is the end of the zero region.
-        self.zeros.buf[ZEROS - 4096..].fill(0);
-        if status == WC_SUCCESS {
-            say!("oob-read result: success (host memory outside the command's buffer is readable with its rkey)");
-            let sqe = q.cmds.get(&cid).map(|c| c.sqe);
-            if let Some(sqe) = sqe {
-                q.cmds.get_mut(&cid).unwrap().held = false;
-                let off = (le64(&sqe.raw, 40) << LBA_SHIFT) as usize;
-                let len = ((u64::from(le16(&sqe.raw, 48)) + 1) << LBA_SHIFT) as usize;
-                self.io_data(q, cid, sqe.opcode(), off, len);
-            }
-        } else {
-            say!(
-                "oob-read result: {} (status {status})",
-                wc_status_str(status)
-            );
-            if let Some(c) = q.cntlid {
-                self.todo
-                    .push(Action::DisconnectCtrl(c, "the oob-read failed".into()));
-            }
         }
     }
 
