@@ -92,6 +92,16 @@ if kmemleak_available; then
 		printf '%s\n' "$baseline"
 	fi
 fi
+# The kernel log check must not be one that cannot fail: it has to catch a report injected
+# here (before every test's mark, so no test sees it).
+dmesg_mark
+echo "<3>BUG: KASAN: self-test of the nvme-rsrdma suite's kernel log check (not a real report)" >/dev/kmsg
+if dmesg_check_clean >/dev/null 2>&1; then
+	echo "# the kernel log check missed an injected report: it is broken"
+	F=$((F + 1))
+else
+	echo "# kernel log check: catches an injected report"
+fi
 write_summary 0
 
 i=0
