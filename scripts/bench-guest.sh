@@ -149,7 +149,13 @@ for backing in $BACKINGS; do
 		# Interleaved A B, alternating which goes first.
 		if ((r % 2)); then order="rsrdma rdma"; else order="rdma rsrdma"; fi
 		for t in $order; do
-			dev=$(connect "$t" "$port" "$nqn") || { note "connect $t to the $backing target failed"; exit 1; }
+			if ! dev=$(connect "$t" "$port" "$nqn"); then
+				note "connect $t to the $backing target failed"
+				printf '{"backing": "%s", "transport": "%s", "round": %d, "job": "connect", "error": "connect failed"}\n' \
+					"$backing" "$t" "$r" >>"$OUTF"
+				host_disconnect_all >/dev/null
+				continue
+			fi
 			max_kb=$(cat "/sys/block/${dev##*/}/queue/max_sectors_kb")
 			note "$backing round $r: $t on $dev ($max_kb KiB max I/O)"
 			printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d}}\n' "$backing" "$t" "$max_kb" >>"$OUTF"
