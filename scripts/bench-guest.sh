@@ -130,9 +130,10 @@ rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
 printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "seconds": %d}}\n' \
 	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "$ROUNDS" "$SECS" >>"$OUTF"
 
+# perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb").
 for poll in poll event; do
 	for qps in 1 2; do
-		raw_rxe write "$poll" "$qps"
+		[ "$poll" = event ] || raw_rxe write "$poll" "$qps"
 		raw_rxe read "$poll" "$qps"
 	done
 done

@@ -95,7 +95,8 @@ def report(args):
     print("raw rxe ceiling: %.1f MiB/s, the best of perftest between two processes on the same rxe"
           % ceiling)
     print("  device (polling or event mode, 1 or 2 QPs); polling ties up a vCPU that rxe then lacks,")
-    print("  so only event mode comes near what the fabric can move")
+    print("  so only event mode (RDMA READ: perftest has none for WRITE) with 2 QPs, one per vCPU,")
+    print("  comes near what the fabric can move")
     max_io = {}
     for r in recs:
         if "max_io" in r:
