@@ -12,13 +12,7 @@ set -u
 
 CYCLES=${RSRDMA_CONNECT_CYCLES:-20}
 
-cleanup() {
-	host_disconnect_all >/dev/null 2>&1
-	host_unload >/dev/null 2>&1
-	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
-}
-trap cleanup EXIT
+trap teardown_all EXIT
 trap 'exit 143' TERM INT
 
 connect() { # NQN [nvme connect options...]
@@ -38,17 +32,6 @@ _no_ctrl_for() {
 		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && return 1
 	done
 	return 0
-}
-
-# RDMA resources of the kernel (the QPs, CQs, MRs, PDs and CM ids our module and the target
-# hold), one "type count" per line. CQs count only when in use: the RDMA core keeps the CQs of
-# its shared CQ pool (ib_cq_pool_get) allocated until the device goes away.
-rdma_counts() {
-	local t
-	for t in qp mr pd cm_id; do
-		echo "$t $(rdma resource show "$t" 2>/dev/null | grep -c .)"
-	done
-	echo "cq $(rdma resource show cq 2>/dev/null | grep -cE 'users [1-9]')"
 }
 
 # refuse NAME OPTIONS EXPECT_ERRNO_TEXT LOG_REGEX: a connect string written to /dev/nvme-fabrics

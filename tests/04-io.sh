@@ -15,10 +15,7 @@ SPLIT=(--numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split)
 
 cleanup() {
 	mountpoint -q /tmp/rsrdma-mnt && umount /tmp/rsrdma-mnt
-	host_disconnect_all >/dev/null 2>&1
-	host_unload >/dev/null 2>&1
-	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	teardown_all
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT

@@ -25,19 +25,11 @@ cleanup() {
 	[ -n "${FIO_PID:-}" ] && kill -INT "$FIO_PID" 2>/dev/null
 	probe_stop
 	ip link set "$RXE_NETDEV" up 2>/dev/null
-	host_disconnect_all >/dev/null 2>&1
-	host_unload >/dev/null 2>&1
-	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	teardown_all
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# RKEYs of the MRs the host transport holds, as the RDMA core lists them.
-our_rkeys() {
-	rdma resource show mr 2>/dev/null | grep -E 'nvme_(rsrdma|rdma)' | grep -o 'rkey 0x[0-9a-f]*' |
-		cut -d' ' -f2 | sort
-}
 
 # in_state CTRL STATE: whether CTRL is in STATE now (for wait_for, which re-runs it).
 in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }

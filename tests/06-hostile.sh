@@ -380,10 +380,6 @@ late_keepalive "late-keepalive:1500: answered late but within KATO, tolerated" 1
 # --- the previous association's RKEY must be dead ---------------------------------------------------
 # The target records the RKEY of a 4 MiB write, closes the association; on the new one it tries
 # an RDMA WRITE with the recorded RKEY before serving the next command.
-our_rkeys() {
-	rdma resource show mr 2>/dev/null | grep -E "\[nvme_(rsrdma|rdma)\]" | grep -o 'rkey 0x[0-9a-f]*' |
-		cut -d' ' -f2
-}
 stale_rkey() {
 	local name="stale-rkey: RDMA WRITE with the previous association's RKEY fails at the target"
 	local dev ctrl key

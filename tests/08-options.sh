@@ -11,22 +11,8 @@
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
-cleanup() {
-	host_disconnect_all >/dev/null 2>&1
-	host_unload >/dev/null 2>&1
-	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
-}
-trap cleanup EXIT
+trap teardown_all EXIT
 trap 'exit 143' TERM INT
-
-rdma_counts() {
-	local t
-	for t in qp mr pd cm_id; do
-		echo "$t $(rdma resource show "$t" 2>/dev/null | grep -c .)"
-	done
-	echo "cq $(rdma resource show cq 2>/dev/null | grep -cE 'users [1-9]')"
-}
 
 T=$HOST_TRANSPORT
 A="traddr=$TARGET_ADDR,trsvcid=$TARGET_PORT"

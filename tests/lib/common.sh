@@ -9,8 +9,8 @@
 #               ktap_skip NAME REASON, ktap_check NAME CMD..., ktap_diag MSG..., ktap_finish
 #   fabric      rxe_setup, rxe_teardown
 #   target      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems)
-#   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, ctrl_for NQN,
-#               nvme_dev_for_nqn NQN, fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
+#   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, teardown_all,
+#               rdma_counts, our_rkeys, ctrl_for NQN, nvme_dev_for_nqn NQN, fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
 #   kernel log  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check
 #   misc        wait_for TIMEOUT_S CMD..., run_diag CMD..., fio_verify DEV SECONDS [FIO ARGS...],
 #               module_unload NAME
@@ -350,6 +350,32 @@ _no_fabrics_ctrl() {
 		[ -e "$c/transport" ] && [ "$(cat "$c/transport")" != pcie ] && return 1
 	done
 	return 0
+}
+
+# rdma_counts: RDMA resources of the kernel (the QPs, CQs, MRs, PDs and CM ids the host
+# transport and the target hold), one "type count" per line. CQs count only when in use: the
+# RDMA core keeps the CQs of its shared CQ pool (ib_cq_pool_get) allocated until the device goes.
+rdma_counts() {
+	local t
+	for t in qp mr pd cm_id; do
+		echo "$t $(rdma resource show "$t" 2>/dev/null | grep -c .)"
+	done
+	echo "cq $(rdma resource show cq 2>/dev/null | grep -cE 'users [1-9]')"
+}
+
+# our_rkeys: the RKEYs of the MRs the host transport holds, as the RDMA core lists them.
+our_rkeys() {
+	rdma resource show mr 2>/dev/null | grep -E '\[nvme_(rsrdma|rdma)\]' | grep -o 'rkey 0x[0-9a-f]*' |
+		cut -d' ' -f2 | sort
+}
+
+# teardown_all: the usual end of a test: disconnect, unload the host transport, remove the
+# target and soft-RoCE, quietly (a test's EXIT trap).
+teardown_all() {
+	host_disconnect_all >/dev/null 2>&1
+	host_unload >/dev/null 2>&1
+	target_teardown >/dev/null 2>&1
+	rxe_teardown >/dev/null 2>&1
 }
 
 # ctrl_for NQN: print the sysfs directory of the (first) controller connected to NQN.
