@@ -103,6 +103,8 @@ pub(crate) struct Conn {
     sqe_map: DmaMap,
     rsp_map: DmaMap,
     lkey: u32,
+    /// The QP takes a whole command capsule as inline data (see `Queue::post_capsule`).
+    inline_capsule: bool,
 }
 
 impl Conn {
@@ -336,9 +338,22 @@ impl Queue {
         attr.cap.max_recv_wr = depth + 1;
         attr.cap.max_send_sge = 2;
         attr.cap.max_recv_sge = 1;
+        // Room to send a capsule without data as inline data, when the device has it.
+        attr.cap.max_inline_data = SQE_SIZE as u32;
         // SAFETY: the CQ goes into the same `Conn` as the id, which drops the id (and so the
         // QP) first; if creating the QP fails there is no QP.
-        let qp = unsafe { cm_id.create_qp(pd, &mut attr) }?;
+        let qp = match unsafe { cm_id.create_qp(pd, &mut attr) } {
+            Ok(qp) => qp,
+            Err(e) if e == EINVAL || e == ENOMEM => {
+                // A device without (this much) inline data: capsules go by reference.
+                attr.cap.max_inline_data = 0;
+                // SAFETY: as above; the failed call left no QP behind.
+                unsafe { cm_id.create_qp(pd, &mut attr) }?
+            }
+            Err(e) => return Err(e),
+        };
+        // The provider reports the inline room it actually gave the QP.
+        let inline_capsule = attr.cap.max_inline_data as usize >= SQE_SIZE;
         let conn = Conn {
             cm_id,
             qp,
@@ -346,6 +361,7 @@ impl Queue {
             sqe_map,
             rsp_map,
             lkey: pd.local_dma_lkey(),
+            inline_capsule,
         };
 
         let tos = ctrl.nvme().opts().tos();
@@ -405,9 +421,14 @@ impl Queue {
         dbg_event!(
             Queue,
             nvme,
-            "queue {}: connected, depth {}",
+            "queue {}: connected, depth {}, capsules {}",
             self.qid,
-            depth
+            depth,
+            if inline_capsule {
+                "inline"
+            } else {
+                "by reference"
+            }
         );
         Ok(())
     }
@@ -614,29 +635,41 @@ impl Queue {
         inline: Option<bindings::ib_sge>,
     ) -> Result {
         let offset = index * SQE_SIZE;
-        conn.sqe_map.sync_for_device(offset, SQE_SIZE);
-        let mut sge = [
+        let mut send_flags = if signaled {
+            bindings::ib_send_flags_IB_SEND_SIGNALED
+        } else {
+            0
+        };
+        // A capsule without in-capsule data goes as inline data when the QP has room: the
+        // provider copies its 64 bytes into the work request at post time instead of fetching
+        // them by key when it transmits. Inline SGEs carry CPU addresses.
+        let capsule = if inline.is_none() && conn.inline_capsule {
+            send_flags |= bindings::ib_send_flags_IB_SEND_INLINE;
+            bindings::ib_sge {
+                addr: self.sqe(index) as u64,
+                length: SQE_SIZE as u32,
+                lkey: 0,
+            }
+        } else {
+            conn.sqe_map.sync_for_device(offset, SQE_SIZE);
             bindings::ib_sge {
                 addr: conn.sqe_map.addr() + offset as u64,
                 length: SQE_SIZE as u32,
                 lkey: conn.lkey,
-            },
-            inline.unwrap_or_default(),
-        ];
+            }
+        };
+        let mut sge = [capsule, inline.unwrap_or_default()];
         let mut wr = bindings::ib_send_wr {
             sg_list: sge.as_mut_ptr(),
             num_sge: if inline.is_some() { 2 } else { 1 },
             opcode: bindings::ib_wr_opcode_IB_WR_SEND,
-            send_flags: if signaled {
-                bindings::ib_send_flags_IB_SEND_SIGNALED
-            } else {
-                0
-            },
+            send_flags,
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe;
-        // SAFETY: the SGEs name the mapped command ring and (per the contract) registered
-        // pool memory; the verbs provider copies the WR before returning.
+        // SAFETY: the SGEs name the ring entry `index` (by CPU address when inline, copied
+        // before the call returns; else through the mapped ring) and (per the contract)
+        // registered pool memory; the verbs provider copies the WR before returning.
         unsafe { conn.qp.post_send(&wr) }
     }
 

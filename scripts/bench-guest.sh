@@ -2,16 +2,22 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The guest side of `make bench` (run by scripts/bench.sh through scripts/vm.sh): the same fio
-# jobs through nvme_rsrdma ("rsrdma") and the C nvme-rdma ("rdma"), interleaved round by round
-# against the same nvmet-rdma target over the same rxe device, on a null_blk namespace without
-# and with memory backing, and against the project's own target (tests/target, rsrdma-target:
-# memory backed, MDTS 8 MiB, so that rsrdma moves 4 MiB in one command where the C driver,
-# limited to 255 pages per registration, needs five); plus the raw bandwidth of rxe (perftest,
-# polling and event mode, one and two QPs).
+# jobs through nvme_rsrdma ("rsrdma") and the C nvme-rdma ("rdma") against the same kind of
+# target over the same rxe device: nvmet-rdma with a null_blk namespace without and with memory
+# backing, and the project's own target (tests/target, rsrdma-target: memory backed, MDTS 8 MiB,
+# so that rsrdma moves 4 MiB in one command where the C driver, limited to 255 pages per
+# registration, needs five); plus the raw bandwidth of rxe (perftest, polling and event mode,
+# one and two QPs).
+# Both transports stay connected for a whole backing, each to a subsystem of its own (twin
+# null_blk devices, or a second rsrdma-target), so that every job runs for one transport and
+# then at once for the other (A B, then B A in the next round): a pair a few seconds apart,
+# which the report turns into one ratio per round, instead of figures minutes apart on a
+# machine whose speed drifts.
 # Every measurement is one JSON object per line in $RSRDMA_OUT/bench.jsonl.
 #
 # Environment: BENCH_ROUNDS (3), BENCH_SECONDS per job (5), BENCH_BACKINGS ("null mem own"),
-# BENCH_JOBS (a subset of the job names below, default all; the own target runs OWN_JOBS).
+# BENCH_JOBS (a subset of the job names below, default all; the own target runs OWN_JOBS),
+# BENCH_RAW (1; 0 skips the raw rxe runs, for quick comparisons of the transports alone).
 set -u
 . "$RSRDMA_REPO/tests/lib/common.sh"
 
@@ -36,17 +42,46 @@ JOBS=(
 # The own target, memory backed, runs the jobs whose figures it is for.
 OWN_JOBS="iops4k seqread128k seqwrite128k seqwrite4m seqread4m"
 
+TRANSPORTS="rsrdma rdma"
+OWN_PIDS=
+
+# The subsystem (nvmet) or the rsrdma-target instance of each transport.
+sub_nqn() { echo "$NQN_BENCH-$1"; }
+own_nqn() { echo "$HOSTILE_NQN-$1"; }
+own_port() { [ "$1" = rsrdma ] && echo $((HOSTILE_PORT + 1)) || echo $((HOSTILE_PORT + 2)); }
+
+bench_target_remove() {
+	local t s d
+	for t in $TRANSPORTS; do
+		s=$NVMET_CFS/subsystems/$(sub_nqn "$t") d=$NULLB_CFS/rsrdma_bench_$t
+		rm -f "$NVMET_CFS/ports/1/subsystems/$(sub_nqn "$t")" 2>/dev/null
+		if [ -d "$s" ]; then
+			echo 0 >"$s/namespaces/1/enable"
+			rmdir "$s/namespaces/1" "$s"
+		fi
+		if [ -d "$d" ]; then
+			echo 0 >"$d/power"
+			rmdir "$d"
+		fi
+	done
+	return 0
+}
+
+own_stop() {
+	local p
+	for p in $OWN_PIDS; do
+		kill -TERM "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	OWN_PIDS=
+}
+
 cleanup() {
 	host_disconnect_all >/dev/null 2>&1
-	hostile_stop >/dev/null 2>&1
+	own_stop >/dev/null 2>&1
 	rsrdma_unload >/dev/null 2>&1
 	module_unload nvme_rdma >/dev/null 2>&1
-	rm -f "$NVMET_CFS/ports/1/subsystems/$NQN_BENCH" 2>/dev/null
-	[ -d "$NVMET_CFS/subsystems/$NQN_BENCH" ] && {
-		echo 0 >"$NVMET_CFS/subsystems/$NQN_BENCH/namespaces/1/enable"
-		rmdir "$NVMET_CFS/subsystems/$NQN_BENCH/namespaces/1" "$NVMET_CFS/subsystems/$NQN_BENCH"
-	}
-	[ -d "$NULLB_CFS/rsrdma_bench" ] && { echo 0 >"$NULLB_CFS/rsrdma_bench/power"; rmdir "$NULLB_CFS/rsrdma_bench"; }
+	bench_target_remove >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
 	rxe_teardown >/dev/null 2>&1
 }
@@ -54,25 +89,38 @@ trap cleanup EXIT
 
 note() { echo "bench: $*" >&2; }
 
-# The benchmark namespace: null_blk "rsrdma_bench" (1 GiB, 4 KiB blocks), memory backed or not,
-# exported as $NQN_BENCH on port 1 next to the test subsystems.
+# The benchmark namespaces: per transport a null_blk "rsrdma_bench_<transport>" (512 MiB,
+# 4 KiB blocks), memory backed or not, exported as $NQN_BENCH-<transport> on port 1 next to the
+# test subsystems.
 bench_target() { # null|mem
-	local d=$NULLB_CFS/rsrdma_bench s=$NVMET_CFS/subsystems/$NQN_BENCH
-	rm -f "$NVMET_CFS/ports/1/subsystems/$NQN_BENCH"
-	if [ -d "$s" ]; then
-		echo 0 >"$s/namespaces/1/enable"
-	fi
-	if [ -d "$d" ]; then
-		echo 0 >"$d/power"
-		rmdir "$d"
-	fi
-	mkdir "$d" && echo 1024 >"$d/size" && echo 4096 >"$d/blocksize" &&
-		echo "$([ "$1" = mem ] && echo 1 || echo 0)" >"$d/memory_backed" && echo 1 >"$d/power" || return 1
-	wait_for 10 test -b /dev/rsrdma_bench || return 1
-	[ -d "$s" ] || mkdir "$s" && echo 1 >"$s/attr_allow_any_host"
-	[ -d "$s/namespaces/1" ] || mkdir "$s/namespaces/1"
-	echo /dev/rsrdma_bench >"$s/namespaces/1/device_path" && echo 1 >"$s/namespaces/1/enable" &&
-		ln -s "$s" "$NVMET_CFS/ports/1/subsystems/$NQN_BENCH"
+	local t d s
+	bench_target_remove
+	for t in $TRANSPORTS; do
+		d=$NULLB_CFS/rsrdma_bench_$t s=$NVMET_CFS/subsystems/$(sub_nqn "$t")
+		mkdir "$d" && echo 512 >"$d/size" && echo 4096 >"$d/blocksize" &&
+			echo "$([ "$1" = mem ] && echo 1 || echo 0)" >"$d/memory_backed" &&
+			echo 1 >"$d/power" || return 1
+		wait_for 10 test -b "/dev/rsrdma_bench_$t" || return 1
+		mkdir "$s" && echo 1 >"$s/attr_allow_any_host" && mkdir "$s/namespaces/1" &&
+			echo "/dev/rsrdma_bench_$t" >"$s/namespaces/1/device_path" &&
+			echo 1 >"$s/namespaces/1/enable" &&
+			ln -s "$s" "$NVMET_CFS/ports/1/subsystems/$(sub_nqn "$t")" || return 1
+	done
+}
+
+# One rsrdma-target per transport (memory backed, 512 MiB, MDTS 8 MiB).
+own_start() {
+	local t log
+	[ -x "$HOSTILE_BIN" ] || { note "$HOSTILE_BIN missing"; return 1; }
+	modprobe -a rdma_ucm ib_uverbs 2>/dev/null
+	for t in $TRANSPORTS; do
+		log=/tmp/rsrdma-bench-target-$t.log
+		"$HOSTILE_BIN" -a "$TARGET_ADDR" -p "$(own_port "$t")" -n "$(own_nqn "$t")" \
+			--mode polite -s 512 --mdts-kib 8192 >"$log" 2>/dev/null </dev/null &
+		OWN_PIDS="$OWN_PIDS $!"
+		wait_for 15 grep -q '^target: listening' "$log" ||
+			{ note "rsrdma-target for $t did not start: $(tail -n 3 "$log")"; return 1; }
+	done
 }
 
 busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
@@ -132,6 +180,7 @@ printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "sec
 
 # perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb").
 for poll in poll event; do
+	[ "${BENCH_RAW:-1}" = 1 ] || break
 	for qps in 1 2; do
 		[ "$poll" = event ] || raw_rxe write "$poll" "$qps"
 		raw_rxe read "$poll" "$qps"
@@ -140,35 +189,46 @@ done
 
 for backing in $BACKINGS; do
 	if [ "$backing" = own ]; then
-		hostile_start --mode polite -s 512 --mdts-kib 8192 || { note "rsrdma-target did not start"; exit 1; }
-		port=$HOSTILE_PORT nqn=$HOSTILE_NQN jobs=$OWN_JOBS
+		own_start || { note "rsrdma-target did not start"; exit 1; }
+		jobs=$OWN_JOBS
 	else
 		bench_target "$backing" || { note "bench target ($backing) failed"; exit 1; }
-		port=$TARGET_PORT nqn=$NQN_BENCH jobs=
+		jobs=
 	fi
+	declare -A devs=()
+	for t in $TRANSPORTS; do
+		if [ "$backing" = own ]; then
+			port=$(own_port "$t") nqn=$(own_nqn "$t")
+		else
+			port=$TARGET_PORT nqn=$(sub_nqn "$t")
+		fi
+		if ! devs[$t]=$(connect "$t" "$port" "$nqn"); then
+			note "connect $t to the $backing target failed"
+			printf '{"backing": "%s", "transport": "%s", "round": 0, "job": "connect", "error": "connect failed"}\n' \
+				"$backing" "$t" >>"$OUTF"
+			unset "devs[$t]"
+			continue
+		fi
+		max_kb=$(cat "/sys/block/${devs[$t]##*/}/queue/max_sectors_kb")
+		note "$backing: $t on ${devs[$t]} ($max_kb KiB max I/O)"
+		printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d}}\n' "$backing" "$t" "$max_kb" >>"$OUTF"
+	done
 	for ((r = 1; r <= ROUNDS; r++)); do
-		# Interleaved A B, alternating which goes first.
-		if ((r % 2)); then order="rsrdma rdma"; else order="rdma rsrdma"; fi
-		for t in $order; do
-			if ! dev=$(connect "$t" "$port" "$nqn"); then
-				note "connect $t to the $backing target failed"
-				printf '{"backing": "%s", "transport": "%s", "round": %d, "job": "connect", "error": "connect failed"}\n' \
-					"$backing" "$t" "$r" >>"$OUTF"
-				host_disconnect_all >/dev/null
-				continue
-			fi
-			max_kb=$(cat "/sys/block/${dev##*/}/queue/max_sectors_kb")
-			note "$backing round $r: $t on $dev ($max_kb KiB max I/O)"
-			printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d}}\n' "$backing" "$t" "$max_kb" >>"$OUTF"
-			for job in "${JOBS[@]}"; do
-				[ -z "${BENCH_JOBS:-}" ] || [[ " $BENCH_JOBS " == *" ${job%% *} "* ]] || continue
-				[ -z "$jobs" ] || [[ " $jobs " == *" ${job%% *} "* ]] || continue
-				run_job "$backing" "$t" "$r" "$dev" "$job"
+		k=0
+		for job in "${JOBS[@]}"; do
+			[ -z "${BENCH_JOBS:-}" ] || [[ " $BENCH_JOBS " == *" ${job%% *} "* ]] || continue
+			[ -z "$jobs" ] || [[ " $jobs " == *" ${job%% *} "* ]] || continue
+			# A B, then B A for the next job and the next round, so that neither transport
+			# always goes first.
+			if (((r + k++) % 2)); then order="rsrdma rdma"; else order="rdma rsrdma"; fi
+			for t in $order; do
+				[ -n "${devs[$t]:-}" ] && run_job "$backing" "$t" "$r" "${devs[$t]}" "$job"
 			done
-			host_disconnect_all >/dev/null
 		done
 	done
-	[ "$backing" != own ] || hostile_stop
+	host_disconnect_all >/dev/null
+	unset devs
+	[ "$backing" != own ] || own_stop
 done
 # BENCH_PROFILE=1: where the time goes, for each transport: perf over the whole guest (-a -g)
 # for 6 s of the 4 KiB QD32 random read job (or BENCH_PROFILE_JOB) against the null target;
@@ -178,8 +238,8 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 	echo 0 >/proc/sys/kernel/kptr_restrict
 	pjob=${BENCH_PROFILE_JOB:-iops4k}
 	bench_target null || { note "bench target (null) failed"; exit 1; }
-	for t in rsrdma rdma; do
-		dev=$(connect "$t" "$TARGET_PORT" "$NQN_BENCH") || { note "connect $t failed"; exit 1; }
+	for t in $TRANSPORTS; do
+		dev=$(connect "$t" "$TARGET_PORT" "$(sub_nqn "$t")") || { note "connect $t failed"; exit 1; }
 		for job in "${JOBS[@]}"; do
 			[ "${job%% *}" = "$pjob" ] || continue
 			SECS=12 run_job profile "$t" 1 "$dev" "$job" &

@@ -8,7 +8,9 @@
 
 The report takes the median over rounds of each figure, per backing, transport and job,
 prints one table (rsrdma, C rdma, their ratio, rsrdma as a share of raw rxe bandwidth, CPU
-time per I/O) and writes the same data as JSON.
+time per I/O) and writes the same data as JSON. The two transports run each job back to back
+in every round, so the ratio is the median of the per-round ratios of those pairs (the table
+also shows their range); without pairs it falls back to the ratio of the medians.
 """
 import json
 import statistics
@@ -84,6 +86,16 @@ def report(args):
         vals = [r[metric] for r in data.get((backing, transport, job), []) if r.get(metric) is not None]
         return statistics.median(vals) if vals else None
 
+    def paired(backing, job, metric):
+        """rsrdma/C of each round in which both ran the job."""
+        by_round = {}
+        for t in ("rsrdma", "rdma"):
+            for r in data.get((backing, t, job), []):
+                if r.get(metric) is not None:
+                    by_round.setdefault(r["round"], {})[t] = r[metric]
+        return [v["rsrdma"] / v["rdma"] for _, v in sorted(by_round.items())
+                if len(v) == 2 and v["rdma"]]
+
     out = {"info": info, "raw_rxe": raw, "raw_ceiling_mib_s": ceiling, "figures": []}
     out["max_io_kib"] = [r["max_io"] for r in recs if "max_io" in r]
     print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, %s rounds of %s s per job"
@@ -110,25 +122,32 @@ def report(args):
                "own": "namespace: rsrdma-target (tests/target), memory backed, MDTS 8 MiB"}[backing]
               + " (largest command: rsrdma %s KiB, C rdma %s KiB)"
               % (max_io.get((backing, "rsrdma"), "?"), max_io.get((backing, "rdma"), "?")))
-        print("%-38s %12s %12s %8s %10s" % ("figure", "rsrdma", "C rdma", "ratio", "% raw rxe"))
+        print("%-38s %10s %10s %7s %11s %9s" % ("figure", "rsrdma", "C rdma", "ratio",
+                                                "per round", "% raw rxe"))
         for job, metric, label, higher in ROWS:
             a = med(backing, "rsrdma", job, metric)
             b = med(backing, "rdma", job, metric)
             if a is None and b is None:
                 continue
+            # Ratio rsrdma/C as measured; for latency and CPU lower is better.
+            pairs = paired(backing, job, metric)
             ratio = None
-            if a is not None and b:
-                # Ratio rsrdma/C as measured; for latency and CPU lower is better.
+            if pairs:
+                ratio = statistics.median(pairs)
+            elif a is not None and b:
                 ratio = a / b
             share = None
             if metric == "bw_mib_s" and a is not None and ceiling:
                 share = 100 * a / ceiling
             fmt = lambda v: "-" if v is None else ("%.1f" % v)
-            print("%-38s %12s %12s %8s %10s" % (label, fmt(a), fmt(b),
-                                                "-" if ratio is None else "%.2fx" % ratio,
-                                                "-" if share is None else "%.0f%%" % share))
+            spread = "%.2f-%.2f" % (min(pairs), max(pairs)) if pairs else "-"
+            print("%-38s %10s %10s %7s %11s %9s" % (label, fmt(a), fmt(b),
+                                                    "-" if ratio is None else "%.2fx" % ratio,
+                                                    spread,
+                                                    "-" if share is None else "%.0f%%" % share))
             out["figures"].append({"backing": backing, "figure": label, "job": job, "metric": metric,
                                    "rsrdma": a, "c_rdma": b, "ratio_rsrdma_over_c": ratio,
+                                   "round_ratios": pairs,
                                    "higher_is_better": higher, "pct_of_raw_rxe": share})
     # The goals of the benchmark (issue 5), checked against the table.
     figs = {(f["backing"], f["job"], f["metric"]): f for f in out["figures"]}
