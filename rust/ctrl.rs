@@ -15,6 +15,7 @@ use crate::mq::{ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
 use crate::nvme::{status_result, Ctrl, Failure, Options, State};
 use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
+use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
 use crate::stats::{CtrlStats, DebugDir};
@@ -72,6 +73,8 @@ pub(crate) struct RdmaCtrl {
     addr: bindings::__kernel_sockaddr_storage,
     src_addr: Option<bindings::__kernel_sockaddr_storage>,
     io_queues: [AtomicU32; HCTX_MAX_TYPES],
+    /// Turn of the next spread command (see `mq::spread`).
+    spread_next: AtomicU32,
     use_inline: AtomicBool,
     inline_size: AtomicU32,
     slot_size: u32,
@@ -187,6 +190,25 @@ impl RdmaCtrl {
         qid as u32
             > q[bindings::hctx_type_HCTX_TYPE_DEFAULT as usize]
                 + q[bindings::hctx_type_HCTX_TYPE_READ as usize]
+    }
+
+    /// The numbering of commands sent on another I/O queue than their own, if the default and
+    /// read queues are more than one and their identifiers fit (see `proto::spread`).
+    pub(crate) fn spread(&self) -> Option<Spread> {
+        let q = self.io_queues();
+        let n = q[bindings::hctx_type_HCTX_TYPE_DEFAULT as usize]
+            + q[bindings::hctx_type_HCTX_TYPE_READ as usize];
+        let stride = self.try_queue(1)?.ring_depth();
+        Spread::new(
+            u16::try_from(stride).ok()?,
+            u16::try_from(n.min(self.queues.len() as u32 - 1)).ok()?,
+        )
+    }
+
+    /// The next I/O queue in turn for a spread command.
+    pub(crate) fn next_spread_queue(&self, sp: Spread) -> Option<&Queue> {
+        let n = self.spread_next.fetch_add(1, Ordering::Relaxed) % u32::from(sp.queues);
+        self.try_queue(n as u16 + 1)
     }
 
     /// Whether a write of `len` bytes on queue `qid` goes in the command capsule.
@@ -385,6 +407,7 @@ impl RdmaCtrl {
                 addr,
                 src_addr,
                 io_queues: Default::default(),
+                spread_next: AtomicU32::new(0),
                 use_inline: AtomicBool::new(false),
                 inline_size: AtomicU32::new(0),
                 slot_size,

@@ -34,6 +34,11 @@ module_param_named(io_pool_mib, rsrdma_io_pool_mib, uint, 0444);
 MODULE_PARM_DESC(io_pool_mib,
 		 "Pool area in MiB per controller, shared by its I/O queues, for I/O larger than a slot: 4 to 64 (default 16)");
 
+unsigned int rsrdma_spread_kib = 128;
+module_param_named(spread_kib, rsrdma_spread_kib, uint, 0644);
+MODULE_PARM_DESC(spread_kib,
+		 "Send I/O of at least this many KiB on the controller's I/O queues in turn, not only its own (0: never; default 128)");
+
 /* Logging ------------------------------------------------------------------------------- */
 
 void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const char *msg)

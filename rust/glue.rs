@@ -157,3 +157,14 @@ pub(crate) fn io_pool_bytes() -> u64 {
     // SAFETY: a module parameter, read-only (0444) after load.
     u64::from(unsafe { bindings::rsrdma_io_pool_mib }) << 20
 }
+
+/// The smallest transfer in bytes sent on other I/O queues than its own (`spread_kib`);
+/// `u32::MAX` when off.
+pub(crate) fn spread_bytes() -> u32 {
+    // SAFETY: a module parameter, writable through sysfs: read once, as a plain word.
+    let kib = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::rsrdma_spread_kib)) };
+    match kib {
+        0 => u32::MAX,
+        k => k.saturating_mul(1024),
+    }
+}

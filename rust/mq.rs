@@ -21,6 +21,7 @@ use crate::pool::{DataSlice, Pool};
 use crate::proto::capsule::{self, SQE_SIZE};
 use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl};
+use crate::proto::spread::Owner;
 use crate::queue::{Conn, Queue};
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
@@ -43,6 +44,8 @@ pub(crate) struct Request {
     nreq: Opaque<bindings::nvme_request>,
     cmd: Opaque<bindings::nvme_command>,
     queue: *const Queue,
+    /// The queue the command was sent on: its own, or another one (see `submit`).
+    sent_on: AtomicU16,
     /// Outstanding completions: 1 (the response) while in flight, 0 otherwise.
     refs: AtomicU32,
     responded: AtomicBool,
@@ -142,9 +145,37 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     let ctrl = queue.ctrl();
     let nvme = ctrl.nvme().as_ptr();
     let cqe = capsule::Cqe::decode(raw);
+    // A command of this queue, or one of another I/O queue sent here (see `submit`).
+    let owner = if queue.qid() == 0 {
+        Some(Owner::Own(cqe.command_id))
+    } else {
+        match ctrl.spread() {
+            Some(sp) => sp.decode(queue.qid(), cqe.command_id),
+            None => Some(Owner::Own(cqe.command_id)),
+        }
+    };
+    let (qid, command_id) = match owner {
+        Some(Owner::Own(cid)) => (queue.qid(), cid),
+        Some(Owner::Other { qid, command_id }) => (qid, command_id),
+        None => (queue.qid(), u16::MAX),
+    };
     // SAFETY: the tags of a live tag set of this controller; the core validates the command id
     // (tag in range and generation) and returns null otherwise.
-    let rq = unsafe { bindings::rsrdma_nvme_find_rq(ctrl.tags(queue.qid()), cqe.command_id) };
+    let rq = unsafe { bindings::rsrdma_nvme_find_rq(ctrl.tags(qid), command_id) };
+    // SAFETY: a request of our tag set, if not null.
+    if !rq.is_null() && unsafe { Request::from_rq(rq) }.sent_on.load(Ordering::Relaxed) != queue.qid()
+    {
+        log_err!(
+            nvme,
+            "queue {}: response with command_id {:#x} of a command sent on queue {}",
+            queue.qid(),
+            cqe.command_id,
+            // SAFETY: as above.
+            unsafe { Request::from_rq(rq) }.sent_on.load(Ordering::Relaxed)
+        );
+        ctrl.error_recovery(format_args!("response on the wrong queue {}", queue.qid()));
+        return;
+    }
     if rq.is_null() {
         log_err!(
             nvme,
@@ -173,6 +204,9 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
         );
         ctrl.error_recovery(format_args!("duplicate response on queue {}", queue.qid()));
         return;
+    }
+    if queue.qid() != 0 {
+        queue.return_credit();
     }
     req.status
         .store(u16::from_le_bytes([raw[14], raw[15]]), Ordering::Relaxed);
@@ -324,10 +358,73 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
     if tag as usize >= queue.ring_depth() as usize {
         return Err(EINVAL);
     }
+    let ring = queue.sqe(tag as usize);
+    if len >= crate::glue::spread_bytes() && inline.is_none() {
+        if let Some(res) = spread(queue, req, &mut sqe, ring) {
+            return res;
+        }
+    }
+    // The core's tags keep this queue's commands within its depth, unless commands of other
+    // queues took credits here: then blk-mq retries when I/O completes.
+    if qid != 0 && !queue.take_credit(u32::MAX) {
+        return Err(ENOMEM);
+    }
+    req.sent_on.store(qid, Ordering::Relaxed);
     // SAFETY: ring entry `tag` belongs to this request while it is in flight.
-    unsafe { core::ptr::copy_nonoverlapping(sqe.as_ptr(), queue.sqe(tag as usize), SQE_SIZE) };
+    unsafe { core::ptr::copy_nonoverlapping(sqe.as_ptr(), ring, SQE_SIZE) };
     // SAFETY: `inline` names registered pool memory.
-    unsafe { queue.post_command(conn, tag as usize, inline) }
+    let res = unsafe { queue.post_command(conn, tag as usize, inline) };
+    if res.is_err() && qid != 0 {
+        queue.return_credit();
+    }
+    res
+}
+
+/// Sends a large transfer's command on the controller's next I/O queue in turn, when that is
+/// another queue than its own: one submitter's stream then keeps several QPs busy instead of
+/// one (soft-RoCE, like an adapter, works through each QP in order). The command keeps its own
+/// ring entry and pool slice and gets an identifier unique on the other queue (see
+/// `proto::spread`); it may take at most half of that queue's credits, so the queue's own
+/// commands find room. `None` when it stays on its own queue.
+fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE], ring: *mut u8) -> Option<Result> {
+    if queue.qid() == 0 {
+        return None;
+    }
+    let ctrl = queue.ctrl();
+    let sp = ctrl.spread()?;
+    let other = ctrl.next_spread_queue(sp)?;
+    if other.qid() == queue.qid() || !other.is_live() {
+        return None;
+    }
+    // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request: the I/O queues are
+    // not quiesced, and a live queue's connection is replaced only after quiescing them all.
+    let conn = unsafe { other.conn() }?;
+    if !Queue::inline_capsules(conn) {
+        return None;
+    }
+    let cid = u16::from_le_bytes([sqe[2], sqe[3]]);
+    let wire = sp.encode(queue.qid(), cid)?;
+    if !other.take_credit(other.credits() / 2) {
+        return None;
+    }
+    sqe[2..4].copy_from_slice(&wire.to_le_bytes());
+    req.sent_on.store(other.qid(), Ordering::Relaxed);
+    // SAFETY: ring entry of this request, ours while it is in flight.
+    unsafe { core::ptr::copy_nonoverlapping(sqe.as_ptr(), ring, SQE_SIZE) };
+    dbg_event!(
+        Io,
+        ctrl.nvme().as_ptr(),
+        "queue {}: command_id {:#x} sent on queue {} as {:#x}",
+        queue.qid(),
+        cid,
+        other.qid(),
+        wire
+    );
+    let res = other.post_spread(conn, ring);
+    if res.is_err() {
+        other.return_credit();
+    }
+    Some(res)
 }
 
 /// Releases a request's data slice, copying read data out first when the command succeeded.
@@ -584,6 +681,7 @@ unsafe extern "C" fn init_request(
         };
         let pdu = bindings::rsrdma_rq_pdu(rq) as *mut Request;
         core::ptr::addr_of_mut!((*pdu).queue).write(queue);
+        core::ptr::addr_of_mut!((*pdu).sent_on).write(AtomicU16::new(qid));
         core::ptr::addr_of_mut!((*pdu).refs).write(AtomicU32::new(0));
         core::ptr::addr_of_mut!((*pdu).responded).write(AtomicBool::new(false));
         core::ptr::addr_of_mut!((*pdu).status).write(AtomicU16::new(0));

@@ -139,6 +139,10 @@ pub(crate) struct Queue {
     send_cqe: Opaque<bindings::ib_cqe>,
     /// Command sends posted, for choosing the ones to signal.
     sends: AtomicU32,
+    /// Commands sent on this queue's QP and not yet answered, its own and those spread to it
+    /// from other queues (see `mq::submit`); never more than `credits`, the receives posted.
+    outstanding: AtomicU32,
+    credits: AtomicU32,
     conn: ConnCell<Conn>,
     stats: QueueStats,
 }
@@ -200,6 +204,8 @@ impl Queue {
             aen_cqe: Opaque::new(bindings::ib_cqe { done: Some(aen_send_done) }),
             send_cqe: Opaque::new(bindings::ib_cqe { done: Some(send_done) }),
             sends: AtomicU32::new(0),
+            outstanding: AtomicU32::new(0),
+            credits: AtomicU32::new(0),
             conn: ConnCell::new(),
             stats: QueueStats::default(),
         }? Error))
@@ -413,6 +419,9 @@ impl Queue {
         for i in 0..depth {
             self.post_recv(&conn, i)?;
         }
+        // A new QP: whatever was outstanding on the old one was flushed and is being retried.
+        self.outstanding.store(0, Ordering::Relaxed);
+        self.credits.store(depth, Ordering::Relaxed);
         // SAFETY: called from the set-up work; the queue was freed before (no connection
         // installed), so nothing uses the cell.
         let old = unsafe { self.conn.replace(Some(conn)) };
@@ -594,6 +603,29 @@ impl Queue {
         self.sqes.entry(index, SQE_SIZE)
     }
 
+    /// Takes one of the queue's credits for a command, if fewer than `limit` are taken (a
+    /// command without a credit would find no receive posted for its response).
+    pub(crate) fn take_credit(&self, limit: u32) -> bool {
+        let limit = limit.min(self.credits.load(Ordering::Relaxed));
+        self.outstanding
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Returns the credit of a command that was not sent, or whose response arrived.
+    pub(crate) fn return_credit(&self) {
+        let _ = self
+            .outstanding
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// The number of credits of the current connection (its depth).
+    pub(crate) fn credits(&self) -> u32 {
+        self.credits.load(Ordering::Relaxed)
+    }
+
     /// Sends the command in ring entry `index`, with in-capsule data `inline` if any.
     ///
     /// Only one send in [`SIGNAL_EVERY`] asks for a completion (a failed send always
@@ -617,24 +649,52 @@ impl Queue {
         let signaled = n % SIGNAL_EVERY == SIGNAL_EVERY - 1;
         // SAFETY: `send_cqe` lives in the queue, which outlives the QP; `inline` per the
         // contract.
-        unsafe { self.post_capsule(conn, index, self.send_cqe.get(), signaled, inline) }
+        unsafe {
+            self.post_capsule(
+                conn,
+                Some(index),
+                self.sqe(index),
+                self.send_cqe.get(),
+                signaled,
+                inline,
+            )
+        }
     }
 
-    /// Posts the SEND of ring entry `index`.
+    /// Sends the command in `sqe`, a ring entry of another queue, on this queue's QP (see
+    /// `mq::submit`). Only as inline data: the capsule is copied when posted, so this QP never
+    /// refers to the other queue's ring. `EINVAL` if the QP has no room for it.
+    pub(crate) fn post_spread(&self, conn: &Conn, sqe: *const u8) -> Result {
+        if !conn.inline_capsule {
+            return Err(EINVAL);
+        }
+        let n = self.sends.fetch_add(1, Ordering::Relaxed);
+        let signaled = n % SIGNAL_EVERY == SIGNAL_EVERY - 1;
+        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; the capsule goes
+        // inline, copied before the call returns, and there is no in-capsule data.
+        unsafe { self.post_capsule(conn, None, sqe, self.send_cqe.get(), signaled, None) }
+    }
+
+    /// Whether capsules without data go as inline data on this connection.
+    pub(crate) fn inline_capsules(conn: &Conn) -> bool {
+        conn.inline_capsule
+    }
+
+    /// Posts the SEND of the capsule `sqe`, ring entry `index` of this queue if `Some`.
     ///
     /// # Safety
     ///
-    /// `cqe` must stay valid until the send completes or the QP is drained, and `inline` must
-    /// describe registered pool memory.
+    /// `sqe` must point to a whole capsule; `cqe` must stay valid until the send completes or
+    /// the QP is drained, and `inline` must describe registered pool memory.
     unsafe fn post_capsule(
         &self,
         conn: &Conn,
-        index: usize,
+        index: Option<usize>,
+        sqe: *const u8,
         cqe: *mut bindings::ib_cqe,
         signaled: bool,
         inline: Option<bindings::ib_sge>,
     ) -> Result {
-        let offset = index * SQE_SIZE;
         let mut send_flags = if signaled {
             bindings::ib_send_flags_IB_SEND_SIGNALED
         } else {
@@ -646,11 +706,12 @@ impl Queue {
         let capsule = if inline.is_none() && conn.inline_capsule {
             send_flags |= bindings::ib_send_flags_IB_SEND_INLINE;
             bindings::ib_sge {
-                addr: self.sqe(index) as u64,
+                addr: sqe as u64,
                 length: SQE_SIZE as u32,
                 lkey: 0,
             }
         } else {
+            let offset = index.ok_or(EINVAL)? * SQE_SIZE;
             conn.sqe_map.sync_for_device(offset, SQE_SIZE);
             bindings::ib_sge {
                 addr: conn.sqe_map.addr() + offset as u64,
@@ -667,9 +728,9 @@ impl Queue {
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe;
-        // SAFETY: the SGEs name the ring entry `index` (by CPU address when inline, copied
-        // before the call returns; else through the mapped ring) and (per the contract)
-        // registered pool memory; the verbs provider copies the WR before returning.
+        // SAFETY: the SGEs name the capsule (by CPU address when inline, copied before the
+        // call returns; else ring entry `index` through the mapped ring) and (per the
+        // contract) registered pool memory; the verbs provider copies the WR before returning.
         unsafe { conn.qp.post_send(&wr) }
     }
 
@@ -720,7 +781,9 @@ impl Queue {
         // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding.
         unsafe { core::ptr::copy_nonoverlapping(cmd.as_ptr(), sqe, SQE_SIZE) };
         // SAFETY: `aen_cqe` lives in the queue.
-        if let Err(e) = unsafe { self.post_capsule(conn, index, self.aen_cqe.get(), true, None) } {
+        if let Err(e) =
+            unsafe { self.post_capsule(conn, Some(index), sqe, self.aen_cqe.get(), true, None) }
+        {
             log_err!(
                 self.nvme(),
                 "posting the async event request failed ({:?})",

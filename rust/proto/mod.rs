@@ -13,9 +13,11 @@
 //! - [`cm`]: RDMA CM private data of the NVMe/RDMA transport binding.
 //! - [`pool`]: layout and slice allocator of the registered buffer pool.
 //! - [`reconnect`]: the reconnect policy.
+//! - [`spread`]: command identifiers of commands sent on another queue than their own.
 
 pub mod capsule;
 pub mod cm;
 pub mod pool;
 pub mod reconnect;
 pub mod sgl;
+pub mod spread;
