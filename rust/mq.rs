@@ -421,8 +421,11 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE], ring: *mut u8)
         wire
     );
     let res = other.post_spread(conn, ring);
-    if res.is_err() {
-        other.return_credit();
+    match res {
+        Ok(()) => {
+            queue.stats().spread.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => other.return_credit(),
     }
     Some(res)
 }

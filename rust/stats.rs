@@ -64,6 +64,8 @@ pub(crate) struct QueueStats {
     pub(crate) write_bytes: AtomicU64,
     pub(crate) inflight: AtomicI64,
     pub(crate) errors: AtomicU64,
+    /// Commands of this queue sent on another queue (see `mq::spread`).
+    pub(crate) spread: AtomicU64,
 }
 
 impl QueueStats {
@@ -205,7 +207,7 @@ fn show(s: &Seq, ctrl: &RdmaCtrl) {
         }
     }
     s.line(format_args!(
-        "{:<5} {:<5} {:>10} {:>10} {:>10} {:>14} {:>14} {:>8} {:>8}",
+        "{:<5} {:<5} {:>10} {:>10} {:>10} {:>14} {:>14} {:>8} {:>8} {:>8}",
         "queue",
         "live",
         "reads",
@@ -214,13 +216,14 @@ fn show(s: &Seq, ctrl: &RdmaCtrl) {
         "read bytes",
         "write bytes",
         "inflight",
-        "errors"
+        "errors",
+        "spread"
     ));
     for qid in 0..n.queue_count() as u16 {
         let Some(q) = ctrl.try_queue(qid) else { break };
         let st = q.stats();
         s.line(format_args!(
-            "{:<5} {:<5} {:>10} {:>10} {:>10} {:>14} {:>14} {:>8} {:>8}",
+            "{:<5} {:<5} {:>10} {:>10} {:>10} {:>14} {:>14} {:>8} {:>8} {:>8}",
             qid,
             if q.is_live() { "yes" } else { "no" },
             st.reads.load(Ordering::Relaxed),
@@ -230,6 +233,7 @@ fn show(s: &Seq, ctrl: &RdmaCtrl) {
             st.write_bytes.load(Ordering::Relaxed),
             st.inflight.load(Ordering::Relaxed),
             st.errors.load(Ordering::Relaxed),
+            st.spread.load(Ordering::Relaxed),
         ));
     }
 }

@@ -45,7 +45,7 @@ queues_used() { # DEV
 }
 
 ktap_header
-ktap_plan 15
+ktap_plan 16
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -96,6 +96,10 @@ stats_ok() {
 	awk '$1 ~ /^[12]$/ && $3 > 0 && $4 > 0 && $6 > 0 && $7 > 0 && $8 == 0 { n++ } END { exit !(n == 2) }' "$f"
 }
 ktap_check "debugfs statistics: RKEY, per-queue commands and bytes, nothing in flight" stats_ok "$stats"
+# The verified runs of 128 KiB and more went out on both I/O queues, not only their own
+# (spread_kib, 128 by default): their data above read back intact.
+ktap_check "large transfers were spread over the I/O queues (debugfs 'spread')" \
+	awk '$1 ~ /^[12]$/ && $10 > 0 { n++ } END { exit !(n >= 1) }' "$stats"
 
 # --- ext4 through the page cache ---------------------------------------------------------------
 ext4_round_trip() {
