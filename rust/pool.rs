@@ -180,6 +180,8 @@ impl Pool {
         let region = self.layout.region(qid)?;
         if len <= region.slot_size {
             let slot = region.slot(tag)?;
+            let n = self.slots_in_use.fetch_add(1, Ordering::Relaxed) + 1;
+            self.slots_high.fetch_max(n, Ordering::Relaxed);
             return Some(DataSlice {
                 slice: Slice {
                     offset: slot.offset,

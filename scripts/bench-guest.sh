@@ -129,9 +129,13 @@ busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 run_job() {
 	local backing=$1 transport=$2 round=$3 dev=$4 name rw bs qd nj j0 j1 out
 	read -r name rw bs qd nj <<<"$5"
+	# One job per vCPU means one on each: left to the scheduler, two jobs sometimes share a
+	# vCPU (and so one queue) and the figure halves, for either transport.
+	local pin=()
+	((nj > 1)) && pin=(--cpus_allowed="0-$((CPUS - 1))" --cpus_allowed_policy=split)
 	j0=$(busy_jiffies)
 	out=$(cd /tmp && fio --output-format=json --name="$name" --filename="$dev" --direct=1 \
-		--ioengine=io_uring --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" \
+		--ioengine=io_uring --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" "${pin[@]}" \
 		--group_reporting --time_based --runtime="$SECS" --ramp_time=1 --size=512m \
 		--norandommap --randrepeat=0 2>/dev/null)
 	j1=$(busy_jiffies)

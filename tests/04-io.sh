@@ -92,6 +92,8 @@ stats_ok() {
 	local f=$1
 	grep -qE '^rkey: 0x[0-9a-f]*[1-9a-f]' "$f" || return 1
 	grep -qE '^state: Live' "$f" || return 1
+	# Slots are counted when taken and returned: none in use once idle, some at the peak.
+	grep -qE '^pool slots in use: 0 \(high-water [1-9]' "$f" || return 1
 	# Both I/O queues moved data in both directions, nothing in flight once idle.
 	awk '$1 ~ /^[12]$/ && $3 > 0 && $4 > 0 && $6 > 0 && $7 > 0 && $8 == 0 { n++ } END { exit !(n == 2) }' "$f"
 }
