@@ -162,19 +162,22 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     // SAFETY: the tags of a live tag set of this controller; the core validates the command id
     // (tag in range and generation) and returns null otherwise.
     let rq = unsafe { bindings::rsrdma_nvme_find_rq(ctrl.tags(qid), command_id) };
-    // SAFETY: a request of our tag set, if not null.
-    if !rq.is_null() && unsafe { Request::from_rq(rq) }.sent_on.load(Ordering::Relaxed) != queue.qid()
-    {
-        log_err!(
-            nvme,
-            "queue {}: response with command_id {:#x} of a command sent on queue {}",
-            queue.qid(),
-            cqe.command_id,
-            // SAFETY: as above.
-            unsafe { Request::from_rq(rq) }.sent_on.load(Ordering::Relaxed)
-        );
-        ctrl.error_recovery(format_args!("response on the wrong queue {}", queue.qid()));
-        return;
+    if !rq.is_null() {
+        // SAFETY: a request of our tag set.
+        let sent_on = unsafe { Request::from_rq(rq) }
+            .sent_on
+            .load(Ordering::Relaxed);
+        if sent_on != queue.qid() {
+            log_err!(
+                nvme,
+                "queue {}: response with command_id {:#x} of a command sent on queue {}",
+                queue.qid(),
+                cqe.command_id,
+                sent_on
+            );
+            ctrl.error_recovery(format_args!("response on the wrong queue {}", queue.qid()));
+            return;
+        }
     }
     if rq.is_null() {
         log_err!(

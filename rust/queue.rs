@@ -780,10 +780,10 @@ impl Queue {
         );
         // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding.
         unsafe { core::ptr::copy_nonoverlapping(cmd.as_ptr(), sqe, SQE_SIZE) };
-        // SAFETY: `aen_cqe` lives in the queue.
-        if let Err(e) =
-            unsafe { self.post_capsule(conn, Some(index), sqe, self.aen_cqe.get(), true, None) }
-        {
+        // SAFETY: `sqe` is the AEN's whole ring entry and `aen_cqe` lives in the queue.
+        let res =
+            unsafe { self.post_capsule(conn, Some(index), sqe, self.aen_cqe.get(), true, None) };
+        if let Err(e) = res {
             log_err!(
                 self.nvme(),
                 "posting the async event request failed ({:?})",
