@@ -145,40 +145,23 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     let ctrl = queue.ctrl();
     let nvme = ctrl.nvme().as_ptr();
     let cqe = capsule::Cqe::decode(raw);
-    // A command of this queue, or one of another I/O queue sent here (see `submit`).
-    let owner = if queue.qid() == 0 {
-        Some(Owner::Own(cqe.command_id))
-    } else {
-        match ctrl.spread() {
-            Some(sp) => sp.decode(queue.qid(), cqe.command_id),
-            None => Some(Owner::Own(cqe.command_id)),
-        }
+    // A command of this queue, or one of another I/O queue sent here (see `spread`).
+    let owner = match ctrl.spread() {
+        Some(sp) if queue.qid() != 0 => sp.decode(queue.qid(), cqe.command_id),
+        _ => Some(Owner::Own(cqe.command_id)),
     };
-    let (qid, command_id) = match owner {
-        Some(Owner::Own(cid)) => (queue.qid(), cid),
-        Some(Owner::Other { qid, command_id }) => (qid, command_id),
-        None => (queue.qid(), u16::MAX),
+    let rq = match owner {
+        // SAFETY: the tags of a live tag set of this controller; the core validates the
+        // command id (tag in range and generation) and returns null otherwise.
+        Some(Owner::Own(cid)) => unsafe {
+            bindings::rsrdma_nvme_find_rq(ctrl.tags(queue.qid()), cid)
+        },
+        // SAFETY: as above.
+        Some(Owner::Other { qid, command_id }) => unsafe {
+            bindings::rsrdma_nvme_find_rq(ctrl.tags(qid), command_id)
+        },
+        None => core::ptr::null_mut(),
     };
-    // SAFETY: the tags of a live tag set of this controller; the core validates the command id
-    // (tag in range and generation) and returns null otherwise.
-    let rq = unsafe { bindings::rsrdma_nvme_find_rq(ctrl.tags(qid), command_id) };
-    if !rq.is_null() {
-        // SAFETY: a request of our tag set.
-        let sent_on = unsafe { Request::from_rq(rq) }
-            .sent_on
-            .load(Ordering::Relaxed);
-        if sent_on != queue.qid() {
-            log_err!(
-                nvme,
-                "queue {}: response with command_id {:#x} of a command sent on queue {}",
-                queue.qid(),
-                cqe.command_id,
-                sent_on
-            );
-            ctrl.error_recovery(format_args!("response on the wrong queue {}", queue.qid()));
-            return;
-        }
-    }
     if rq.is_null() {
         log_err!(
             nvme,
@@ -192,6 +175,18 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     }
     // SAFETY: a request of our tag set.
     let req = unsafe { Request::from_rq(rq) };
+    let sent_on = req.sent_on.load(Ordering::Relaxed);
+    if sent_on != queue.qid() {
+        log_err!(
+            nvme,
+            "queue {}: response with command_id {:#x} of a command sent on queue {}",
+            queue.qid(),
+            cqe.command_id,
+            sent_on
+        );
+        ctrl.error_recovery(format_args!("response on the wrong queue {}", queue.qid()));
+        return;
+    }
     if invalidated {
         log_err!(nvme, "queue {}: target sent SEND_WITH_INV for command_id {:#x}: the pool RKEY is never offered for invalidation",
             queue.qid(), cqe.command_id);
@@ -361,9 +356,8 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
     if tag as usize >= queue.ring_depth() as usize {
         return Err(EINVAL);
     }
-    let ring = queue.sqe(tag as usize);
     if len >= crate::glue::spread_bytes() && inline.is_none() {
-        if let Some(res) = spread(queue, req, &mut sqe, ring) {
+        if let Some(res) = spread(queue, req, &mut sqe) {
             return res;
         }
     }
@@ -373,10 +367,9 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
         return Err(ENOMEM);
     }
     req.sent_on.store(qid, Ordering::Relaxed);
-    // SAFETY: ring entry `tag` belongs to this request while it is in flight.
-    unsafe { core::ptr::copy_nonoverlapping(sqe.as_ptr(), ring, SQE_SIZE) };
-    // SAFETY: `inline` names registered pool memory.
-    let res = unsafe { queue.post_command(conn, tag as usize, inline) };
+    // SAFETY: ring entry `tag` belongs to this request while it is in flight; `inline` names
+    // registered pool memory.
+    let res = unsafe { queue.post_command(conn, &sqe, Some(tag as usize), inline) };
     if res.is_err() && qid != 0 {
         queue.return_credit();
     }
@@ -386,10 +379,11 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
 /// Sends a large transfer's command on the controller's next I/O queue in turn, when that is
 /// another queue than its own: one submitter's stream then keeps several QPs busy instead of
 /// one (soft-RoCE, like an adapter, works through each QP in order). The command keeps its own
-/// ring entry and pool slice and gets an identifier unique on the other queue (see
-/// `proto::spread`); it may take at most half of that queue's credits, so the queue's own
-/// commands find room. `None` when it stays on its own queue.
-fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE], ring: *mut u8) -> Option<Result> {
+/// pool slice, goes as inline data (so that QP never refers to this queue's ring) and gets an
+/// identifier unique on the other queue (see `proto::spread`); it may take at most half of that
+/// queue's credits, so the queue's own commands find room. `None` when it stays on its own
+/// queue.
+fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE]) -> Option<Result> {
     if queue.qid() == 0 {
         return None;
     }
@@ -402,7 +396,7 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE], ring: *mut u8)
     // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request: the I/O queues are
     // not quiesced, and a live queue's connection is replaced only after quiescing them all.
     let conn = unsafe { other.conn() }?;
-    if !Queue::inline_capsules(conn) {
+    if !conn.inline_capsules() {
         return None;
     }
     let cid = u16::from_le_bytes([sqe[2], sqe[3]]);
@@ -412,8 +406,6 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE], ring: *mut u8)
     }
     sqe[2..4].copy_from_slice(&wire.to_le_bytes());
     req.sent_on.store(other.qid(), Ordering::Relaxed);
-    // SAFETY: ring entry of this request, ours while it is in flight.
-    unsafe { core::ptr::copy_nonoverlapping(sqe.as_ptr(), ring, SQE_SIZE) };
     dbg_event!(
         Io,
         ctrl.nvme().as_ptr(),
@@ -423,7 +415,8 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE], ring: *mut u8)
         other.qid(),
         wire
     );
-    let res = other.post_spread(conn, ring);
+    // SAFETY: no ring entry and no in-capsule data.
+    let res = unsafe { other.post_command(conn, sqe, None, None) };
     match res {
         Ok(()) => {
             queue.stats().spread.fetch_add(1, Ordering::Relaxed);

@@ -108,6 +108,11 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Whether capsules without data go as inline data on this connection.
+    pub(crate) fn inline_capsules(&self) -> bool {
+        self.inline_capsule
+    }
+
     pub(crate) fn cq(&self) -> &Cq {
         &self.cq
     }
@@ -598,11 +603,6 @@ impl Queue {
 
     // --- Posting --------------------------------------------------------------------------
 
-    /// Command capsule buffer of ring entry `index`.
-    pub(crate) fn sqe(&self, index: usize) -> *mut u8 {
-        self.sqes.entry(index, SQE_SIZE)
-    }
-
     /// Takes one of the queue's credits for a command, if fewer than `limit` are taken (a
     /// command without a credit would find no receive posted for its response).
     pub(crate) fn take_credit(&self, limit: u32) -> bool {
@@ -626,7 +626,10 @@ impl Queue {
         self.credits.load(Ordering::Relaxed)
     }
 
-    /// Sends the command in ring entry `index`, with in-capsule data `inline` if any.
+    /// Sends command `sqe`, with in-capsule data `inline` if any. `index` is the command's
+    /// entry of this queue's ring, used when the capsule goes by reference; a command of
+    /// another queue (see `mq::spread`) has none and can only go as inline data (`EINVAL`
+    /// otherwise).
     ///
     /// Only one send in [`SIGNAL_EVERY`] asks for a completion (a failed send always
     /// completes, and starts error recovery); the request completes on its response alone.
@@ -638,59 +641,35 @@ impl Queue {
     ///
     /// # Safety
     ///
+    /// Ring entry `index`, if any, must belong to the command while it is in flight, and
     /// `inline` must describe registered pool memory.
     pub(crate) unsafe fn post_command(
         &self,
         conn: &Conn,
-        index: usize,
+        sqe: &[u8; SQE_SIZE],
+        index: Option<usize>,
         inline: Option<bindings::ib_sge>,
     ) -> Result {
         let n = self.sends.fetch_add(1, Ordering::Relaxed);
         let signaled = n % SIGNAL_EVERY == SIGNAL_EVERY - 1;
-        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; `inline` per the
-        // contract.
-        unsafe {
-            self.post_capsule(
-                conn,
-                Some(index),
-                self.sqe(index),
-                self.send_cqe.get(),
-                signaled,
-                inline,
-            )
-        }
+        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; `index` and `inline`
+        // per the contract.
+        unsafe { self.post_capsule(conn, sqe, index, self.send_cqe.get(), signaled, inline) }
     }
 
-    /// Sends the command in `sqe`, a ring entry of another queue, on this queue's QP (see
-    /// `mq::submit`). Only as inline data: the capsule is copied when posted, so this QP never
-    /// refers to the other queue's ring. `EINVAL` if the QP has no room for it.
-    pub(crate) fn post_spread(&self, conn: &Conn, sqe: *const u8) -> Result {
-        if !conn.inline_capsule {
-            return Err(EINVAL);
-        }
-        let n = self.sends.fetch_add(1, Ordering::Relaxed);
-        let signaled = n % SIGNAL_EVERY == SIGNAL_EVERY - 1;
-        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; the capsule goes
-        // inline, copied before the call returns, and there is no in-capsule data.
-        unsafe { self.post_capsule(conn, None, sqe, self.send_cqe.get(), signaled, None) }
-    }
-
-    /// Whether capsules without data go as inline data on this connection.
-    pub(crate) fn inline_capsules(conn: &Conn) -> bool {
-        conn.inline_capsule
-    }
-
-    /// Posts the SEND of the capsule `sqe`, ring entry `index` of this queue if `Some`.
+    /// Posts the SEND of capsule `sqe`: as inline data when there is no in-capsule data and the
+    /// QP has room (the provider copies it at post time), else copied to ring entry `index` and
+    /// sent from there.
     ///
     /// # Safety
     ///
-    /// `sqe` must point to a whole capsule; `cqe` must stay valid until the send completes or
-    /// the QP is drained, and `inline` must describe registered pool memory.
+    /// Ring entry `index`, if any, must be the caller's until the send completes or the QP is
+    /// drained; so must `cqe`; `inline` must describe registered pool memory.
     unsafe fn post_capsule(
         &self,
         conn: &Conn,
+        sqe: &[u8; SQE_SIZE],
         index: Option<usize>,
-        sqe: *const u8,
         cqe: *mut bindings::ib_cqe,
         signaled: bool,
         inline: Option<bindings::ib_sge>,
@@ -706,12 +685,21 @@ impl Queue {
         let capsule = if inline.is_none() && conn.inline_capsule {
             send_flags |= bindings::ib_send_flags_IB_SEND_INLINE;
             bindings::ib_sge {
-                addr: sqe as u64,
+                addr: sqe.as_ptr() as u64,
                 length: SQE_SIZE as u32,
                 lkey: 0,
             }
         } else {
-            let offset = index.ok_or(EINVAL)? * SQE_SIZE;
+            let index = index.ok_or(EINVAL)?;
+            // SAFETY: the entry is the caller's (see the contract) and inside the ring.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    sqe.as_ptr(),
+                    self.sqes.entry(index, SQE_SIZE),
+                    SQE_SIZE,
+                )
+            };
+            let offset = index * SQE_SIZE;
             conn.sqe_map.sync_for_device(offset, SQE_SIZE);
             bindings::ib_sge {
                 addr: conn.sqe_map.addr() + offset as u64,
@@ -729,8 +717,8 @@ impl Queue {
         };
         wr.__bindgen_anon_1.wr_cqe = cqe;
         // SAFETY: the SGEs name the capsule (by CPU address when inline, copied before the
-        // call returns; else ring entry `index` through the mapped ring) and (per the
-        // contract) registered pool memory; the verbs provider copies the WR before returning.
+        // call returns; else its ring entry through the mapped ring) and (per the contract)
+        // registered pool memory; the verbs provider copies the WR before returning.
         unsafe { conn.qp.post_send(&wr) }
     }
 
@@ -768,7 +756,6 @@ impl Queue {
             return;
         };
         let index = AEN_COMMAND_ID as usize;
-        let sqe = self.sqe(index);
         let mut cmd = [0u8; SQE_SIZE];
         cmd[0] = bindings::nvme_admin_opcode_nvme_admin_async_event as u8;
         cmd[2..4].copy_from_slice(&AEN_COMMAND_ID.to_le_bytes());
@@ -778,11 +765,10 @@ impl Queue {
                 .encode()
                 .unwrap_or_default(),
         );
-        // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding.
-        unsafe { core::ptr::copy_nonoverlapping(cmd.as_ptr(), sqe, SQE_SIZE) };
-        // SAFETY: `sqe` is the AEN's whole ring entry and `aen_cqe` lives in the queue.
+        // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding;
+        // `aen_cqe` lives in the queue.
         let res =
-            unsafe { self.post_capsule(conn, Some(index), sqe, self.aen_cqe.get(), true, None) };
+            unsafe { self.post_capsule(conn, &cmd, Some(index), self.aen_cqe.get(), true, None) };
         if let Err(e) = res {
             log_err!(
                 self.nvme(),
