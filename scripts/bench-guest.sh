@@ -70,8 +70,7 @@ bench_target_remove() {
 own_stop() {
 	local p
 	for p in $OWN_PIDS; do
-		kill -TERM "$p" 2>/dev/null
-		wait "$p" 2>/dev/null
+		target_kill "$p"
 	done
 	OWN_PIDS=
 }
@@ -110,16 +109,13 @@ bench_target() { # null|mem
 
 # One rsrdma-target per transport (memory backed, 512 MiB, MDTS 8 MiB).
 own_start() {
-	local t log
-	[ -x "$HOSTILE_BIN" ] || { note "$HOSTILE_BIN missing"; return 1; }
-	modprobe -a rdma_ucm ib_uverbs 2>/dev/null
+	local t rc
 	for t in $TRANSPORTS; do
-		log=/tmp/rsrdma-bench-target-$t.log
-		"$HOSTILE_BIN" -a "$TARGET_ADDR" -p "$(own_port "$t")" -n "$(own_nqn "$t")" \
-			--mode polite -s 512 --mdts-kib 8192 >"$log" 2>/dev/null </dev/null &
-		OWN_PIDS="$OWN_PIDS $!"
-		wait_for 15 grep -q '^target: listening' "$log" ||
-			{ note "rsrdma-target for $t did not start: $(tail -n 3 "$log")"; return 1; }
+		target_launch "$(own_port "$t")" "$(own_nqn "$t")" "/tmp/rsrdma-bench-target-$t.log" \
+			"/tmp/rsrdma-bench-target-$t.vlog" --mode polite -s 512 --mdts-kib 8192
+		rc=$?
+		OWN_PIDS="$OWN_PIDS $LAUNCHED_PID"
+		((rc == 0)) || return 1
 	done
 }
 

@@ -763,29 +763,45 @@ HOSTILE_PID=
 
 _pid_gone() { [ ! -d "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 
-hostile_start() {
+# target_launch PORT NQN LOG VLOG [rsrdma-target options...]: starts an rsrdma-target in the
+# background (its pid in LAUNCHED_PID) and waits until it listens.
+target_launch() {
+	local port=$1 nqn=$2 log=$3 vlog=$4
+	shift 4
+	LAUNCHED_PID=
 	[ -x "$HOSTILE_BIN" ] || {
 		ktap_diag "$HOSTILE_BIN missing: cargo build --release --manifest-path tests/target/Cargo.toml"
 		return 1
 	}
 	modprobe -a rdma_ucm ib_uverbs 2>/dev/null
-	hostile_stop
-	: >"$HOSTILE_LOG"
-	: >"$HOSTILE_VLOG"
-	"$HOSTILE_BIN" -a "$TARGET_ADDR" -p "$HOSTILE_PORT" -n "$HOSTILE_NQN" "$@" \
-		>"$HOSTILE_LOG" 2>"$HOSTILE_VLOG" </dev/null &
-	HOSTILE_PID=$!
-	wait_for 15 grep -q '^target: listening' "$HOSTILE_LOG" && return 0
-	ktap_diag "rsrdma-target did not start: $(tail -n 5 "$HOSTILE_LOG" "$HOSTILE_VLOG")"
-	hostile_stop
+	: >"$log"
+	: >"$vlog"
+	"$HOSTILE_BIN" -a "$TARGET_ADDR" -p "$port" -n "$nqn" "$@" >"$log" 2>"$vlog" </dev/null &
+	LAUNCHED_PID=$!
+	wait_for 15 grep -q '^target: listening' "$log" && return 0
+	ktap_diag "rsrdma-target did not start: $(tail -n 5 "$log" "$vlog")"
 	return 1
 }
 
+# target_kill PID: stops a launched rsrdma-target (TERM, then KILL after 10 s).
+target_kill() {
+	[ -n "$1" ] || return 0
+	kill -TERM "$1" 2>/dev/null
+	wait_for 10 _pid_gone "$1" || kill -KILL "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+}
+
+hostile_start() {
+	local rc=0
+	hostile_stop
+	target_launch "$HOSTILE_PORT" "$HOSTILE_NQN" "$HOSTILE_LOG" "$HOSTILE_VLOG" "$@" || rc=1
+	HOSTILE_PID=$LAUNCHED_PID
+	((rc == 0)) || hostile_stop
+	return $rc
+}
+
 hostile_stop() {
-	[ -n "$HOSTILE_PID" ] || return 0
-	kill -TERM "$HOSTILE_PID" 2>/dev/null
-	wait_for 10 _pid_gone "$HOSTILE_PID" || kill -KILL "$HOSTILE_PID" 2>/dev/null
-	wait "$HOSTILE_PID" 2>/dev/null
+	target_kill "$HOSTILE_PID"
 	HOSTILE_PID=
 }
 
