@@ -6,8 +6,8 @@
 # target over the same rxe device: nvmet-rdma with a null_blk namespace without and with memory
 # backing, and the project's own target (tests/target, rsrdma-target: memory backed, MDTS 8 MiB,
 # so that rsrdma moves 4 MiB in one command where the C driver, limited to 255 pages per
-# registration, needs five); plus the raw bandwidth of rxe (perftest, polling and event mode,
-# one and two QPs).
+# registration, needs five); plus the raw bandwidth of rxe for each verb (perftest, and
+# rsrdma-target --raw-bw in event mode, one to four QPs).
 # Both transports stay connected for a whole backing, each to a subsystem of its own (twin
 # null_blk devices, or a second rsrdma-target), so that every job runs for one transport and
 # then at once for the other (A B, then B A in the next round): a pair a few seconds apart,
@@ -168,8 +168,24 @@ raw_rxe() {
 	bw=$(awk '$1 == 4194304 && $4 ~ /^[0-9.]+$/ { print $4 }' <<<"$out" | tail -n1)
 	note "raw rxe ib_${mode}_bw ($poll, $qps QP): ${bw:-?} MB/s$([ -n "$bw" ] || echo " (no result: $log)")"
 	[ -n "$bw" ] || return 0
-	printf '{"raw": "ib_%s_bw", "poll": "%s", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
-		"$mode" "$poll" "$qps" "$(awk -v b="$bw" 'BEGIN { print b * 1e6 / 2^20 }')" >>"$OUTF"
+	printf '{"raw": "ib_%s_bw", "tool": "perftest", "verb": "%s", "poll": "%s", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
+		"$mode" "$mode" "$poll" "$qps" "$(awk -v b="$bw" 'BEGIN { print b * 1e6 / 2^20 }')" >>"$OUTF"
+}
+
+# raw_own MODE(write|read) QPS: the same in event mode for both verbs (perftest has no event
+# mode for RDMA WRITE, the verb that moves NVMe read data): rsrdma-target --raw-bw connects
+# QPS queue pairs to itself and keeps two 4 MiB messages in flight on each for 5 s.
+raw_own() {
+	local mode=$1 qps=$2 port=$((17515 + RANDOM % 1000)) out bw
+	local log=$RSRDMA_OUT/raw-rsrdma-target-$mode-q$qps.txt
+	out=$(timeout 60 "$HOSTILE_BIN" -a "$TARGET_ADDR" -p "$port" --raw-bw "$mode" --qps "$qps" \
+		--msg-bytes 4194304 --seconds 5 2>&1)
+	echo "$out" >"$log"
+	bw=$(sed -n 's/^raw: .*: \([0-9.]*\) MiB\/s.*/\1/p' <<<"$out" | tail -n1)
+	note "raw rxe RDMA $mode (rsrdma-target, event, $qps QP): ${bw:-?} MiB/s$([ -n "$bw" ] || echo " (no result: $log)")"
+	[ -n "$bw" ] || return 0
+	printf '{"raw": "rdma_%s", "tool": "rsrdma-target", "verb": "%s", "poll": "event", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
+		"$mode" "$mode" "$qps" "$bw" >>"$OUTF"
 }
 
 rxe_setup && target_setup || { note "set-up failed"; exit 1; }
@@ -178,14 +194,21 @@ rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
 printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "seconds": %d}}\n' \
 	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "$ROUNDS" "$SECS" >>"$OUTF"
 
-# perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb").
-for poll in poll event; do
-	[ "${BENCH_RAW:-1}" = 1 ] || break
+# perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb"),
+# and its polling RDMA READ stays below its event mode one: polling WRITE and event READ, then
+# both verbs in event mode through rsrdma-target.
+if [ "${BENCH_RAW:-1}" = 1 ]; then
 	for qps in 1 2; do
-		[ "$poll" = event ] || raw_rxe write "$poll" "$qps"
-		raw_rxe read "$poll" "$qps"
+		raw_rxe write poll "$qps"
+		raw_rxe read event "$qps"
 	done
-done
+	for qps in 1 2 4; do
+		raw_own write "$qps"
+	done
+	for qps in 2 4; do
+		raw_own read "$qps"
+	done
+fi
 
 for backing in $BACKINGS; do
 	if [ "$backing" = own ]; then

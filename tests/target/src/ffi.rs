@@ -92,6 +92,8 @@ pub struct PollFd {
 pub const POLLIN: i16 = 1;
 
 // enum rdma_cm_event_type
+pub const CM_ADDR_RESOLVED: i32 = 0;
+pub const CM_ROUTE_RESOLVED: i32 = 2;
 pub const CM_CONNECT_REQUEST: i32 = 4;
 pub const CM_CONNECT_ERROR: i32 = 6;
 pub const CM_UNREACHABLE: i32 = 7;
@@ -154,6 +156,16 @@ extern "C" {
         backlog: c_int,
         out: *mut *mut rdma_cm_id,
     ) -> c_int;
+    pub fn shim_create_id(ec: *mut rdma_event_channel, out: *mut *mut rdma_cm_id) -> c_int;
+    pub fn shim_resolve_addr(
+        id: *mut rdma_cm_id,
+        addr: *const c_char,
+        port: u16,
+        timeout_ms: c_int,
+    ) -> c_int;
+    pub fn shim_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int;
+    pub fn shim_connect(id: *mut rdma_cm_id, responder_resources: u8, initiator_depth: u8)
+        -> c_int;
     pub fn shim_get_event(ec: *mut rdma_event_channel, out: *mut ShimEvent) -> c_int;
     pub fn shim_id_verbs(id: *mut rdma_cm_id) -> *mut ibv_context;
     pub fn shim_id_qp(id: *mut rdma_cm_id) -> *mut ibv_qp;
@@ -188,6 +200,7 @@ extern "C" {
         remote: c_int,
     ) -> *mut ibv_mr;
     pub fn shim_mr_lkey(mr: *mut ibv_mr) -> u32;
+    pub fn shim_mr_rkey(mr: *mut ibv_mr) -> u32;
     pub fn shim_req_notify(cq: *mut ibv_cq) -> c_int;
     pub fn shim_get_cq_event(
         ch: *mut ibv_comp_channel,

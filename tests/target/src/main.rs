@@ -5,8 +5,10 @@
 
 mod ffi;
 mod nvme;
+mod raw;
 mod target;
 
+use raw::{RawConfig, RawOp};
 use target::{Config, Mode};
 
 fn usage() -> ! {
@@ -34,6 +36,13 @@ Serves one NVMe subsystem with one memory-backed namespace (512-byte blocks) ove
       --mid-min BYTES      close-mid-transfer: smallest transfer it applies to (1048576)
   -v, --verbose            log every command and completion to stderr
 
+Raw bandwidth instead of a target (the benchmark's ceiling):
+      --raw-bw write|read  connect --qps queue pairs to itself at ADDR:PORT and keep
+                           --depth RDMA WRITEs (or READs) of --msg-bytes each in flight on
+                           each for --seconds after a second of warm-up, sleeping on the
+                           completion channel; prints one line with the MiB/s
+      --qps N (1)  --depth N (2)  --msg-bytes B (4194304)  --seconds S (5)
+
 Modes:
   polite                   no misbehaviour
   reject:N[@io]            reject the CM connect of the admin (or first I/O) queue with
@@ -60,8 +69,18 @@ line per command on stderr.
     std::process::exit(2)
 }
 
-fn parse_args() -> Config {
+fn parse_args() -> (Config, Option<RawConfig>) {
     let mut cfg = Config::default();
+    let mut raw = RawConfig {
+        addr: String::new(),
+        port: 0,
+        op: RawOp::Write,
+        qps: 1,
+        msg_bytes: 4 << 20,
+        depth: 2,
+        seconds: 5,
+    };
+    let mut raw_on = false;
     let mut args = std::env::args().skip(1);
     let value = |args: &mut dyn Iterator<Item = String>, name: &str| -> String {
         args.next().unwrap_or_else(|| {
@@ -116,6 +135,18 @@ fn parse_args() -> Config {
             }
             "--mid-min" => cfg.mid_min = num(&value(&mut args, &a), &a),
             "-v" | "--verbose" => cfg.verbose = true,
+            "--raw-bw" => {
+                raw_on = true;
+                raw.op = match value(&mut args, &a).as_str() {
+                    "write" => RawOp::Write,
+                    "read" => RawOp::Read,
+                    _ => usage(),
+                }
+            }
+            "--qps" => raw.qps = num(&value(&mut args, &a), &a),
+            "--depth" => raw.depth = num(&value(&mut args, &a), &a),
+            "--msg-bytes" => raw.msg_bytes = num(&value(&mut args, &a), &a),
+            "--seconds" => raw.seconds = num(&value(&mut args, &a), &a),
             "-h" | "--help" => usage(),
             _ => {
                 eprintln!("rsrdma-target: unknown argument '{a}'");
@@ -127,11 +158,41 @@ fn parse_args() -> Config {
         eprintln!("rsrdma-target: size, queue size or queue count out of range");
         usage()
     }
-    cfg
+    if raw.qps == 0
+        || raw.depth == 0
+        || raw.seconds == 0
+        || raw.msg_bytes == 0
+        || raw.msg_bytes > 1 << 30
+    {
+        eprintln!("rsrdma-target: --qps, --depth, --seconds or --msg-bytes out of range");
+        usage()
+    }
+    raw.addr = cfg.addr.clone();
+    raw.port = cfg.port;
+    (cfg, raw_on.then_some(raw))
 }
 
 fn main() {
-    let cfg = parse_args();
+    let (cfg, raw) = parse_args();
+    if let Some(raw) = raw {
+        match raw::run(&raw) {
+            Ok(r) => println!(
+                "raw: {} event {} QP {} B x {} in flight: {:.1} MiB/s ({} messages in {:.1} s)",
+                raw.op.name(),
+                raw.qps,
+                raw.msg_bytes,
+                raw.depth,
+                r.mib_s,
+                r.messages,
+                r.seconds
+            ),
+            Err(e) => {
+                eprintln!("rsrdma-target: raw {}: {e}", raw.op.name());
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if let Err(e) = target::run(cfg) {
         println!("target: error: {e}");
         eprintln!("rsrdma-target: {e}");

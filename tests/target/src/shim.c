@@ -81,6 +81,40 @@ int shim_listen(struct rdma_event_channel *ec, const char *addr, uint16_t port, 
 	return 0;
 }
 
+/* A new id on ec for an active (connecting) side. */
+int shim_create_id(struct rdma_event_channel *ec, struct rdma_cm_id **out)
+{
+	return rdma_create_id(ec, out, NULL, RDMA_PS_TCP) ? -errno : 0;
+}
+
+/* Starts resolving addr:port (IPv4) for id; ends with an ADDR_RESOLVED or ADDR_ERROR event. */
+int shim_resolve_addr(struct rdma_cm_id *id, const char *addr, uint16_t port, int timeout_ms)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
+
+	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1)
+		return -EINVAL;
+	return rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, timeout_ms) ? -errno : 0;
+}
+
+int shim_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	return rdma_resolve_route(id, timeout_ms) ? -errno : 0;
+}
+
+int shim_connect(struct rdma_cm_id *id, uint8_t responder_resources, uint8_t initiator_depth)
+{
+	struct rdma_conn_param param = {
+		.responder_resources = responder_resources,
+		.initiator_depth = initiator_depth,
+		.flow_control = 1,
+		.retry_count = 7,
+		.rnr_retry_count = 7,
+	};
+
+	return rdma_connect(id, &param) ? -errno : 0;
+}
+
 /* The next CM event, copied and acknowledged; -EAGAIN if there is none. */
 int shim_get_event(struct rdma_event_channel *ec, struct shim_event *out)
 {
