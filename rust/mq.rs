@@ -571,26 +571,47 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     };
     // SAFETY: as above.
     let (tag, cid) = unsafe { ((*rq).tag, bindings::rsrdma_nvme_cid(rq)) };
+    // A spread command went out on another queue: that is where its response would come.
+    let sent_on = ctrl
+        .try_queue(req.sent_on.load(Ordering::Relaxed))
+        .filter(|q| q.qid() != queue.qid());
     log_warn!(
         ctrl.nvme().as_ptr(),
-        "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} timeout",
+        "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} timeout{}",
         tag,
         cid,
         capsule::opcode(&sqe),
         capsule::command_name(queue.qid() == 0, &sqe),
-        queue.qid()
+        queue.qid(),
+        SentOn(sent_on.map(Queue::qid))
     );
 
     if ctrl.nvme().state() != State::Live {
         // Resetting, connecting or deleting: complete it now, it may be blocking the teardown
-        // or set-up sequence (connect, enable, identify...).
+        // or set-up sequence (connect, enable, identify...). Stopping the queue it went out on
+        // keeps a late response from completing it a second time.
         queue.stop();
+        if let Some(q) = sent_on {
+            q.stop();
+        }
         // SAFETY: as above.
         unsafe { bindings::rsrdma_nvmf_complete_timed_out_request(rq) };
         return bindings::blk_eh_timer_return_BLK_EH_DONE;
     }
     ctrl.error_recovery(format_args!("command timeout on queue {}", queue.qid()));
     bindings::blk_eh_timer_return_BLK_EH_RESET_TIMER
+}
+
+/// " (sent on QID n)" for a command sent on another queue than its own, else nothing.
+struct SentOn(Option<u16>);
+
+impl core::fmt::Display for SentOn {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0 {
+            Some(qid) => write!(f, " (sent on QID {qid})"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `blk_mq_ops::poll` (poll queues).
