@@ -112,7 +112,7 @@ def report(args):
               % (verb_of(r), r.get("tool", "perftest"), r["poll"], r.get("qps", 1), r["bw_mib_s"]))
     print("raw rxe ceilings: RDMA WRITE %.1f MiB/s (the verb that moves NVMe read data), RDMA READ"
           % verb_ceiling["write"])
-    print("  %.1f MiB/s (NVMe write data): the best of each verb on the same rxe device, 1 to 4 QPs;"
+    print("  %.1f MiB/s (NVMe write data): the best of each verb on the same rxe device, 2 or 4 QPs;"
           % verb_ceiling["read"])
     print("  perftest busy-polls (a vCPU rxe then lacks) and has event mode for READ only;")
     print("  rsrdma-target --raw-bw sleeps on completion events for both, as the transports do")
