@@ -137,7 +137,6 @@ run_job() {
 	j1=$(busy_jiffies)
 	python3 "$RSRDMA_REPO/scripts/bench.py" record "$backing" "$transport" "$round" "$name" "$rw" "$bs" \
 		"$qd" "$nj" $((j1 - j0)) "$(getconf CLK_TCK)" <<<"$out" >>"$OUTF"
-	tail -n1 "$OUTF" | python3 "$RSRDMA_REPO/scripts/bench.py" show >&2
 }
 
 connect() { # TRANSPORT PORT NQN: prints the block device

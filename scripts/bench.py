@@ -3,6 +3,7 @@
 """Records and reports the measurements of `make bench`.
 
   bench.py record BACKING TRANSPORT ROUND JOB RW BS QD NJ JIFFIES HZ < fio.json   (guest)
+      (the JSON line on stdout, a summary line on stderr)
   bench.py show < one JSON line                                                    (guest)
   bench.py report bench.jsonl OUT.json                                             (host)
 
@@ -13,7 +14,6 @@ in every round, so the ratio is the median of the per-round ratios of those pair
 also shows their range); without pairs it falls back to the ratio of the medians.
 """
 import json
-import statistics
 import sys
 
 
@@ -23,7 +23,9 @@ def record(args):
     try:
         job = json.load(sys.stdin)["jobs"][0]
     except Exception as e:  # fio failed: keep the record, marked
-        print(json.dumps({**base, "error": "no fio result: %s" % e}))
+        rec = {**base, "error": "no fio result: %s" % e}
+        print(json.dumps(rec))
+        summary(rec)
         return
     d = job["write"] if "write" in rw else job["read"]
     ios = max(d["total_ios"], 1)
@@ -44,15 +46,20 @@ def record(args):
         "fio_cpu_us_per_io": (job["usr_cpu"] + job["sys_cpu"]) / 100 * runtime_ms * 1000 / ios,
     }
     print(json.dumps(rec))
+    summary(rec)
+
+
+def summary(r):
+    if "iops" in r:
+        print("bench: %(backing)s %(transport)s round %(round)s %(job)s: %(iops).0f IOPS, "
+              "%(bw_mib_s).1f MiB/s, p50 %(lat_p50_us).0f us, %(cpu_us_per_io).0f us CPU/IO" % r,
+              file=sys.stderr)
+    else:
+        print("bench: %s" % r, file=sys.stderr)
 
 
 def show(_args):
-    r = json.loads(sys.stdin.read())
-    if "iops" in r:
-        print("bench: %(backing)s %(transport)s round %(round)s %(job)s: %(iops).0f IOPS, "
-              "%(bw_mib_s).1f MiB/s, p50 %(lat_p50_us).0f us, %(cpu_us_per_io).0f us CPU/IO" % r)
-    else:
-        print("bench: %s" % r)
+    summary(json.loads(sys.stdin.read()))
 
 
 # Figures of the table: (job, metric, label, higher is better)
@@ -71,6 +78,8 @@ ROWS = [
 
 
 def report(args):
+    import statistics  # only here: it takes a second to import in the TCG guest
+
     src, dst = args
     recs = [json.loads(line) for line in open(src) if line.strip()]
     info = next((r["info"] for r in recs if "info" in r), {})
