@@ -3,6 +3,7 @@
 //! rsrdma-target: a small NVMe-over-RDMA target for the nvme-rsrdma tests, serving one
 //! memory-backed namespace, that can misbehave on command (`--mode`). See `usage()`.
 
+mod dev;
 mod ffi;
 mod nvme;
 mod raw;

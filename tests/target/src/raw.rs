@@ -140,54 +140,18 @@ impl Drop for Buf {
 }
 
 pub fn run(cfg: &RawConfig) -> Result<RawResult, String> {
-    // SAFETY: plain constructor.
-    let ec = unsafe { rdma_create_event_channel() };
-    if ec.is_null() {
-        return Err("rdma_create_event_channel failed".into());
-    }
+    let (ec, listen, dev) = crate::dev::listen(&cfg.addr, cfg.port, 16)?;
     let addr = CString::new(cfg.addr.clone()).map_err(|_| "bad address")?;
-    let mut listen = std::ptr::null_mut();
-    // SAFETY: valid channel, address and output.
-    let r = unsafe { shim_listen(ec, addr.as_ptr(), cfg.port, 16, &mut listen) };
-    if r < 0 {
-        return Err(format!(
-            "listen on {}:{}: {}",
-            cfg.addr,
-            cfg.port,
-            errno_str(r)
-        ));
-    }
-    // SAFETY: a bound id.
-    let ctx = unsafe { shim_id_verbs(listen) };
-    if ctx.is_null() {
-        return Err(format!("no RDMA device has address {}", cfg.addr));
-    }
-    let (mut rd_atom, mut init_rd_atom, mut max_wr, mut max_cqe) = (0, 0, 0, 0);
-    // SAFETY: valid context and outputs.
-    let r = unsafe {
-        shim_query_device(
-            ctx,
-            &mut rd_atom,
-            &mut init_rd_atom,
-            &mut max_wr,
-            &mut max_cqe,
-        )
-    };
-    if r < 0 {
-        return Err(format!("ibv_query_device: {}", errno_str(r)));
-    }
-    let rd = rd_atom.min(init_rd_atom).min(cfg.depth).min(255) as u8;
-    let depth = cfg.depth.min(max_wr.saturating_sub(1)).max(1);
-    // SAFETY: valid context.
-    let pd = unsafe { ibv_alloc_pd(ctx) };
-    // SAFETY: valid context.
-    let comp = unsafe { ibv_create_comp_channel(ctx) };
-    if pd.is_null() || comp.is_null() {
-        return Err("ibv_alloc_pd or ibv_create_comp_channel failed".into());
-    }
-    let cqe = (cfg.qps * depth + 16).min(max_cqe) as i32;
+    let rd = dev
+        .max_rd_atom
+        .min(dev.max_init_rd_atom)
+        .min(cfg.depth)
+        .min(255) as u8;
+    let depth = cfg.depth.min(dev.max_qp_wr.saturating_sub(1)).max(1);
+    let (pd, comp) = (dev.pd, dev.comp);
+    let cqe = (cfg.qps * depth + 16).min(dev.max_cqe) as i32;
     // SAFETY: valid context and channel.
-    let cq = unsafe { ibv_create_cq(ctx, cqe, std::ptr::null_mut(), comp, 0) };
+    let cq = unsafe { ibv_create_cq(dev.ctx, cqe, std::ptr::null_mut(), comp, 0) };
     if cq.is_null() {
         return Err("ibv_create_cq failed".into());
     }

@@ -11,10 +11,11 @@
 //!
 //! The misbehaviour (`Mode`) is applied once; everything else is polite.
 
+use crate::dev::Dev;
 use crate::ffi::*;
 use crate::nvme::*;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 /// One line on stdout (the test reads it; Rust's stdout is line-buffered).
@@ -313,14 +314,6 @@ enum Timer {
     },
 }
 
-struct Dev {
-    ctx: *mut ibv_context,
-    pd: *mut ibv_pd,
-    comp: *mut ibv_comp_channel,
-    max_rd_atom: u32,
-    max_init_rd_atom: u32,
-}
-
 struct Target {
     cfg: Config,
     dev: Dev,
@@ -344,44 +337,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // SAFETY: installs a handler that only sets a flag.
         unsafe { shim_catch_signal(sig) };
     }
-    // SAFETY: plain librdmacm call.
-    let ec = unsafe { rdma_create_event_channel() };
-    if ec.is_null() {
-        return Err(format!(
-            "cannot open the RDMA CM ({}); is rdma_ucm loaded?",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let addr = CString::new(cfg.addr.clone()).map_err(|_| "bad address")?;
-    let mut listen = std::ptr::null_mut();
-    // SAFETY: valid channel, NUL-terminated address, output pointer.
-    let r = unsafe { shim_listen(ec, addr.as_ptr(), cfg.port, 128, &mut listen) };
-    if r < 0 {
-        return Err(format!(
-            "cannot listen on {}:{}: {}",
-            cfg.addr,
-            cfg.port,
-            errno_str(r)
-        ));
-    }
-    // SAFETY: a bound id.
-    let ctx = unsafe { shim_id_verbs(listen) };
-    if ctx.is_null() {
-        return Err(format!("{} is not the address of an RDMA device", cfg.addr));
-    }
-    let (mut rd, mut init_rd, mut qp_wr, mut cqe) = (0, 0, 0, 0);
-    // SAFETY: valid context and output pointers.
-    let r = unsafe { shim_query_device(ctx, &mut rd, &mut init_rd, &mut qp_wr, &mut cqe) };
-    if r < 0 {
-        return Err(format!("ibv_query_device: {}", errno_str(r)));
-    }
-    // SAFETY: valid context.
-    let pd = unsafe { ibv_alloc_pd(ctx) };
-    // SAFETY: valid context.
-    let comp = unsafe { ibv_create_comp_channel(ctx) };
-    if pd.is_null() || comp.is_null() {
-        return Err("cannot allocate a PD or a completion channel".into());
-    }
+    let (ec, _listen, dev) = crate::dev::listen(&cfg.addr, cfg.port, 128)?;
+    let (pd, comp) = (dev.pd, dev.comp);
     // SAFETY: valid channels.
     let (cm_fd, comp_fd) = unsafe { (shim_ec_fd(ec), shim_comp_fd(comp)) };
     // SAFETY: file descriptors of ours.
@@ -393,13 +350,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let zeros = Region::new(pd, ZEROS)?;
     let serial = format!("rsrdma-{:08x}", std::process::id());
     let mut t = Target {
-        dev: Dev {
-            ctx,
-            pd,
-            comp,
-            max_rd_atom: rd,
-            max_init_rd_atom: init_rd,
-        },
+        dev,
         ns,
         zeros,
         nguid: nguid(&serial),
