@@ -4,7 +4,6 @@
 
   bench.py record BACKING TRANSPORT ROUND JOB RW BS QD NJ JIFFIES HZ < fio.json   (guest)
       (the JSON line on stdout, a summary line on stderr)
-  bench.py show < one JSON line                                                    (guest)
   bench.py report bench.jsonl OUT.json                                             (host)
 
 The report takes the median over rounds of each figure, per backing, transport and job,
@@ -56,10 +55,6 @@ def summary(r):
               file=sys.stderr)
     else:
         print("bench: %s" % r, file=sys.stderr)
-
-
-def show(_args):
-    summary(json.loads(sys.stdin.read()))
 
 
 # Figures of the table: (job, metric, label, higher is better)
@@ -219,4 +214,4 @@ def report(args):
 
 
 if __name__ == "__main__":
-    {"record": record, "show": show, "report": report}[sys.argv[1]](sys.argv[2:])
+    {"record": record, "report": report}[sys.argv[1]](sys.argv[2:])

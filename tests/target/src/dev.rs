@@ -5,7 +5,7 @@
 //! domain, a completion channel and the limits queues are sized by.
 
 use crate::ffi::*;
-use std::ffi::CString;
+use std::ffi::{c_void, CString};
 
 pub struct Dev {
     pub ctx: *mut ibv_context,
@@ -70,4 +70,42 @@ pub fn listen(
             max_cqe: cqe,
         },
     ))
+}
+
+/// Registered memory, for local access only or (`remote`) for the peer's RDMA READ and WRITE
+/// too.
+pub struct Region {
+    pub buf: Vec<u8>,
+    pub mr: *mut ibv_mr,
+    pub lkey: u32,
+}
+
+impl Region {
+    pub fn new(pd: *mut ibv_pd, len: usize, remote: bool) -> Result<Region, String> {
+        let mut buf = vec![0u8; len.max(64)];
+        // SAFETY: the buffer outlives the MR (deregistered in drop, before the Vec is freed)
+        // and is never reallocated.
+        let mr = unsafe { shim_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), remote.into()) };
+        if mr.is_null() {
+            return Err(format!(
+                "ibv_reg_mr of {len} bytes failed: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: a valid MR.
+        let lkey = unsafe { shim_mr_lkey(mr) };
+        Ok(Region { buf, mr, lkey })
+    }
+
+    pub fn at(&mut self, off: usize) -> *mut c_void {
+        self.buf[off..].as_mut_ptr().cast()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: registered in `new`, not used by any work request any more (their QP is
+        // destroyed before the queue's regions are dropped).
+        unsafe { ibv_dereg_mr(self.mr) };
+    }
 }

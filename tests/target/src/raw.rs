@@ -11,6 +11,7 @@
 //! as the kernel transports do. One process, one protection domain: the passive side's buffer
 //! is the target of every RDMA WRITE and the source of every RDMA READ.
 
+use crate::dev::Region;
 use crate::ffi::*;
 use std::ffi::{c_void, CString};
 use std::time::{Duration, Instant};
@@ -111,34 +112,6 @@ fn expect(
     }
 }
 
-/// Registered memory that outlives the queue pairs using it.
-struct Buf {
-    mem: Vec<u8>,
-    mr: *mut ibv_mr,
-}
-
-impl Buf {
-    fn new(pd: *mut ibv_pd, len: usize, remote: bool) -> Result<Buf, String> {
-        let mut mem = vec![0u8; len];
-        // SAFETY: `mem` is not moved or freed before the MR is deregistered (Drop).
-        let mr = unsafe { shim_reg_mr(pd, mem.as_mut_ptr() as *mut c_void, len, remote as i32) };
-        if mr.is_null() {
-            return Err(format!(
-                "ibv_reg_mr of {len} bytes: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(Buf { mem, mr })
-    }
-}
-
-impl Drop for Buf {
-    fn drop(&mut self) {
-        // SAFETY: our MR; its QPs are destroyed by now.
-        unsafe { ibv_dereg_mr(self.mr) };
-    }
-}
-
 pub fn run(cfg: &RawConfig) -> Result<RawResult, String> {
     let (ec, listen, dev) = crate::dev::listen(&cfg.addr, cfg.port, 16)?;
     let addr = CString::new(cfg.addr.clone()).map_err(|_| "bad address")?;
@@ -157,8 +130,8 @@ pub fn run(cfg: &RawConfig) -> Result<RawResult, String> {
     }
     // One buffer on each side, shared by every message: the figure is what the fabric moves,
     // not what the memory holds.
-    let local = Buf::new(pd, cfg.msg_bytes, false)?;
-    let remote = Buf::new(pd, cfg.msg_bytes, true)?;
+    let local = Region::new(pd, cfg.msg_bytes, false)?;
+    let remote = Region::new(pd, cfg.msg_bytes, true)?;
 
     let mut passive = Vec::new();
     let mut active = Vec::new();
@@ -222,16 +195,15 @@ fn transfer(
     cq: *mut ibv_cq,
     qps: &[*mut rdma_cm_id],
     depth: u32,
-    local: &Buf,
-    remote: &Buf,
+    local: &Region,
+    remote: &Region,
 ) -> Result<RawResult, String> {
     let (op, lkey, rkey) = (
         match cfg.op {
             RawOp::Write => OP_WRITE,
             RawOp::Read => OP_READ,
         },
-        // SAFETY: registered MRs.
-        unsafe { shim_mr_lkey(local.mr) },
+        local.lkey,
         // SAFETY: as above.
         unsafe { shim_mr_rkey(remote.mr) },
     );
@@ -243,10 +215,10 @@ fn transfer(
                 i as u64,
                 op,
                 F_SIGNALED,
-                local.mem.as_ptr() as *mut c_void,
+                local.buf.as_ptr() as *mut c_void,
                 cfg.msg_bytes as u32,
                 lkey,
-                remote.mem.as_ptr() as u64,
+                remote.buf.as_ptr() as u64,
                 rkey,
                 0,
             )

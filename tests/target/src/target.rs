@@ -11,7 +11,7 @@
 //!
 //! The misbehaviour (`Mode`) is applied once; everything else is polite.
 
-use crate::dev::Dev;
+use crate::dev::{Dev, Region};
 use crate::ffi::*;
 use crate::nvme::*;
 use std::collections::{HashMap, HashSet};
@@ -170,43 +170,6 @@ fn wr_id(kind: u64, cid: u16, aux: u32) -> u64 {
     (kind << 56) | (u64::from(cid) << 32) | u64::from(aux)
 }
 
-/// Registered memory.
-struct Region {
-    buf: Vec<u8>,
-    mr: *mut ibv_mr,
-    lkey: u32,
-}
-
-impl Region {
-    fn new(pd: *mut ibv_pd, len: usize) -> Result<Region, String> {
-        let mut buf = vec![0u8; len.max(64)];
-        // SAFETY: the buffer outlives the MR (deregistered in drop, before the Vec is freed)
-        // and is never reallocated.
-        let mr = unsafe { shim_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if mr.is_null() {
-            return Err(format!(
-                "ibv_reg_mr of {len} bytes failed: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        // SAFETY: a valid MR.
-        let lkey = unsafe { shim_mr_lkey(mr) };
-        Ok(Region { buf, mr, lkey })
-    }
-
-    fn at(&mut self, off: usize) -> *mut c_void {
-        self.buf[off..].as_mut_ptr().cast()
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: registered in `new`, not used by any work request any more (their QP is
-        // destroyed before the queue's regions are dropped).
-        unsafe { ibv_dereg_mr(self.mr) };
-    }
-}
-
 /// What a command waits for after its RDMA READ.
 #[derive(Clone, Copy, Debug)]
 enum Cont {
@@ -346,8 +309,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         shim_set_nonblock(cm_fd);
         shim_set_nonblock(comp_fd);
     }
-    let ns = Region::new(pd, cfg.size as usize)?;
-    let zeros = Region::new(pd, ZEROS)?;
+    let ns = Region::new(pd, cfg.size as usize, false)?;
+    let zeros = Region::new(pd, ZEROS, false)?;
     let serial = format!("rsrdma-{:08x}", std::process::id());
     let mut t = Target {
         dev,
@@ -656,8 +619,12 @@ impl Target {
         let qp = unsafe { shim_id_qp(id) };
         let recv_slot = SQE_SIZE + self.cfg.inline as usize;
         let nstage = if req.qid == 0 { depth + 4 } else { 4 };
-        let regions = Region::new(self.dev.pd, recv_slot * nrecv as usize)
-            .and_then(|r| Ok((r, Region::new(self.dev.pd, STAGE_SLOT * nstage as usize)?)));
+        let regions = Region::new(self.dev.pd, recv_slot * nrecv as usize, false).and_then(|r| {
+            Ok((
+                r,
+                Region::new(self.dev.pd, STAGE_SLOT * nstage as usize, false)?,
+            ))
+        });
         let (recv, stage) = match regions {
             Ok(r) => r,
             Err(e) => {
