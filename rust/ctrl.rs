@@ -319,6 +319,10 @@ impl RdmaCtrl {
     ) -> Result<&'static RdmaCtrl> {
         crate::options::validate(opts)?;
         opts.default_trsvcid(c_str!("4420"))?;
+        opts.default_write_queues(crate::proto::spread::write_queues(
+            opts.nr_io_queues().min(kernel_num_online_cpus()),
+            crate::glue::min_io_queues(),
+        ));
         let traddr = opts.traddr().ok_or(EINVAL)?;
         let addr = parse_addr(traddr, opts.trsvcid()).inspect_err(|_| {
             log_err!(

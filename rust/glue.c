@@ -39,6 +39,11 @@ module_param_named(spread_kib, rsrdma_spread_kib, uint, 0644);
 MODULE_PARM_DESC(spread_kib,
 		 "Send I/O of at least this many KiB on the controller's I/O queues in turn, not only its own (0: never; default 128)");
 
+unsigned int rsrdma_min_io_queues = 4;
+module_param_named(min_io_queues, rsrdma_min_io_queues, uint, 0644);
+MODULE_PARM_DESC(min_io_queues,
+		 "Add dedicated write queues (as --nr-write-queues) to a controller whose connect options set none and that has fewer I/O queues than this, up to one per I/O queue (0: never; default 4)");
+
 /* Logging ------------------------------------------------------------------------------- */
 
 void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const char *msg)

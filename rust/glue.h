@@ -26,6 +26,7 @@ extern bool rsrdma_dropin;
 extern unsigned int rsrdma_slot_kib;
 extern unsigned int rsrdma_io_pool_mib;
 extern unsigned int rsrdma_spread_kib;
+extern unsigned int rsrdma_min_io_queues;
 
 /* Logging. level is one of the RSRDMA_LOG_* values; ctrl may be NULL. */
 enum rsrdma_log_level {

@@ -158,6 +158,13 @@ pub(crate) fn io_pool_bytes() -> u64 {
     u64::from(unsafe { bindings::rsrdma_io_pool_mib }) << 20
 }
 
+/// The number of I/O queues below which a controller gets dedicated write queues
+/// (`min_io_queues`).
+pub(crate) fn min_io_queues() -> u32 {
+    // SAFETY: a module parameter, writable through sysfs: read once, as a plain word.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::rsrdma_min_io_queues)) }
+}
+
 /// The smallest transfer in bytes sent on other I/O queues than its own (`spread_kib`);
 /// `u32::MAX` when off.
 pub(crate) fn spread_bytes() -> u32 {

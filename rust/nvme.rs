@@ -414,6 +414,16 @@ impl Options {
         self.raw().duplicate_connect
     }
 
+    /// Gives the controller `n` dedicated write queues, as `nr_write_queues=n` would, unless the
+    /// user set that option.
+    pub(crate) fn default_write_queues(&self, n: u32) {
+        if self.raw().mask & bindings::NVMF_OPT_NR_WRITE_QUEUES == 0 {
+            // SAFETY: valid options (type invariant), not yet shared with the core's users: the
+            // transport's create_ctrl owns them until the controller is created.
+            unsafe { (*self.0).nr_write_queues = n };
+        }
+    }
+
     /// Total I/O queues asked for (default + write + poll), as the core counts them.
     pub(crate) fn total_io_queues(&self) -> u32 {
         self.nr_io_queues() + self.nr_write_queues() + self.nr_poll_queues()

@@ -190,8 +190,12 @@ raw_own() {
 rxe_setup && target_setup || { note "set-up failed"; exit 1; }
 modprobe -a nvme-fabrics rdma_cm nvme-rdma
 rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
-printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "seconds": %d}}\n' \
-	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "$ROUNDS" "$SECS" >>"$OUTF"
+netdev_mtu=$(cat "/sys/class/net/$RXE_NETDEV/mtu")
+roce_mtu=$(ibv_devinfo -d "$RXE_NAME" | awk '/active_mtu/ { print $2; exit }')
+note "rxe on $RXE_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
+printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
+	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "$ROUNDS" "$SECS" "${netdev_mtu:-null}" \
+	"${roce_mtu:-null}" >>"$OUTF"
 
 # perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb"),
 # and its polling RDMA READ stays below its event mode one: polling WRITE and event READ over
@@ -229,8 +233,10 @@ for backing in $BACKINGS; do
 			continue
 		fi
 		max_kb=$(cat "/sys/block/${devs[$t]##*/}/queue/max_sectors_kb")
-		note "$backing: $t on ${devs[$t]} ($max_kb KiB max I/O)"
-		printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d}}\n' "$backing" "$t" "$max_kb" >>"$OUTF"
+		nq=$(ls -d "/sys/block/${devs[$t]##*/}/mq/"* | wc -l)
+		note "$backing: $t on ${devs[$t]} ($max_kb KiB max I/O, $nq I/O queues)"
+		printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d, "io_queues": %d}}\n' \
+			"$backing" "$t" "$max_kb" "$nq" >>"$OUTF"
 	done
 	for ((r = 1; r <= ROUNDS; r++)); do
 		k=0

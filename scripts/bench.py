@@ -111,6 +111,8 @@ def report(args):
     print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, %s rounds of %s s per job"
           % (info.get("kernel"), info.get("vcpus"), info.get("accel"), info.get("rounds"),
              info.get("seconds")))
+    print("fabric: rxe on a netdev of MTU %s (RoCE MTU %s), target and host in the same guest"
+          % (info.get("netdev_mtu", "?"), info.get("roce_mtu", "?")))
     for r in raw:
         print("raw rxe RDMA %-5s %-13s %-5s %d QP: %6.1f MiB/s with 4 MiB messages"
               % (verb_of(r), r.get("tool", "perftest"), r["poll"], r.get("qps", 1), r["bw_mib_s"]))
@@ -124,15 +126,17 @@ def report(args):
     for r in recs:
         if "max_io" in r:
             m = r["max_io"]
-            max_io[(m["backing"], m["transport"])] = m["kib"]
+            max_io[(m["backing"], m["transport"])] = (m["kib"], m.get("io_queues", "?"))
     backings = [b for b in ("null", "mem", "own") if any(k[0] == b for k in data)]
     for backing in backings:
         print()
         print({"null": "namespace: nvmet-rdma, null_blk without memory backing",
                "mem": "namespace: nvmet-rdma, null_blk memory backed",
                "own": "namespace: rsrdma-target (tests/target), memory backed, MDTS 8 MiB"}[backing]
-              + " (largest command: rsrdma %s KiB, C rdma %s KiB)"
-              % (max_io.get((backing, "rsrdma"), "?"), max_io.get((backing, "rdma"), "?")))
+              + " (largest command: rsrdma %s KiB, C rdma %s KiB; I/O queues %s and %s)"
+              % (max_io.get((backing, "rsrdma"), ("?",))[0], max_io.get((backing, "rdma"), ("?",))[0],
+                 max_io.get((backing, "rsrdma"), ("?", "?"))[1],
+                 max_io.get((backing, "rdma"), ("?", "?"))[1]))
         print("%-38s %10s %10s %7s %11s %9s" % ("figure", "rsrdma", "C rdma", "ratio",
                                                 "per round", "% raw verb"))
         for job, metric, label, higher in ROWS:

@@ -38,7 +38,8 @@ queues_used() { # DEV
 	[ -e "$TRACING/events/nvme/nvme_setup_cmd/enable" ] || { echo "no nvme trace events"; return; }
 	echo >"$TRACING/trace"
 	echo 1 >"$TRACING/events/nvme/nvme_setup_cmd/enable"
-	fio --name=spread --filename="$1" --direct=1 --rw=randread --bs=4k --iodepth=8 --size=8m \
+	# Reads and writes: with write queues (min_io_queues) they go on different queues.
+	fio --name=spread --filename="$1" --direct=1 --rw=randrw --bs=4k --iodepth=8 --size=8m \
 		--runtime=2 --time_based "${SPLIT[@]}" >/dev/null 2>&1
 	echo 0 >"$TRACING/events/nvme/nvme_setup_cmd/enable"
 	grep -o 'qid=[0-9]*' "$TRACING/trace" | sort | uniq -c | awk '{ print $2, $1 }'
@@ -94,8 +95,10 @@ stats_ok() {
 	grep -qE '^state: Live' "$f" || return 1
 	# Slots are counted when taken and returned: none in use once idle, some at the peak.
 	grep -qE '^pool slots in use: 0 \(high-water [1-9]' "$f" || return 1
-	# Both I/O queues moved data in both directions, nothing in flight once idle.
-	awk '$1 ~ /^[12]$/ && $3 > 0 && $4 > 0 && $6 > 0 && $7 > 0 && $8 == 0 { n++ } END { exit !(n == 2) }' "$f"
+	# Every I/O queue moved data, reads and writes went out (on the same queues, or on read
+	# and write queues), nothing in flight once idle.
+	awk '$1 ~ /^[1-9][0-9]*$/ { q++; r += $3; w += $4; if ($3 + $4 > 0 && $6 + $7 > 0 && $8 == 0) ok++ }
+		END { exit !(q >= 2 && ok == q && r > 0 && w > 0) }' "$f"
 }
 ktap_check "debugfs statistics: RKEY, per-queue commands and bytes, nothing in flight" stats_ok "$stats"
 # The verified runs of 128 KiB and more went out on both I/O queues, not only their own

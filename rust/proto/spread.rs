@@ -11,6 +11,8 @@
 //! `stride` the tag space of an I/O queue: at least `stride`, so never one of the receiving
 //! queue's own tags, and unique because `(owner, tag)` is. A response's identifier tells
 //! both apart; commands on their own queue keep the core's identifier unchanged.
+//!
+//! It also decides how many queues a controller has to spread over (see [`write_queues`]).
 
 /// Bits of the command identifier that carry the tag (the rest is the core's generation).
 const TAG_BITS: u32 = 12;
@@ -77,9 +79,35 @@ impl Spread {
     }
 }
 
+/// The dedicated write queues to give a controller with `io_queues` I/O queues (at most one per
+/// CPU) whose connect options set none, so that it has at least `min` queues to spread large
+/// transfers over. An RC QP has a bounded amount in flight (soft-RoCE: 128 unacknowledged
+/// packets; adapters: their outstanding RDMA READs), so one stream over few QPs stays below what
+/// the fabric moves. blk-mq maps each CPU to one queue per map, so more queues than CPUs can only
+/// come as another map: the write queues of `nvmf_set_io_queues`, at most one per I/O queue.
+pub fn write_queues(io_queues: u32, min: u32) -> u32 {
+    if io_queues == 0 || io_queues >= min {
+        0
+    } else {
+        (min - io_queues).min(io_queues)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_queues_only_below_the_minimum() {
+        assert_eq!(write_queues(2, 4), 2);
+        assert_eq!(write_queues(1, 4), 1);
+        assert_eq!(write_queues(3, 4), 1);
+        assert_eq!(write_queues(2, 8), 2);
+        assert_eq!(write_queues(4, 4), 0);
+        assert_eq!(write_queues(64, 4), 0);
+        assert_eq!(write_queues(2, 0), 0);
+        assert_eq!(write_queues(0, 4), 0);
+    }
 
     #[test]
     fn fits_in_the_tag_bits() {
