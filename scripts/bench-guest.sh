@@ -233,7 +233,11 @@ for backing in $BACKINGS; do
 			continue
 		fi
 		max_kb=$(cat "/sys/block/${devs[$t]##*/}/queue/max_sectors_kb")
-		nq=$(ls -d "/sys/block/${devs[$t]##*/}/mq/"* | wc -l)
+		# The hardware queues of the controller's path device (the multipath head has none).
+		nq=0
+		for n in "$(ctrl_for "$nqn")"/nvme*n*; do
+			[ -d "$n/mq" ] && { nq=$(ls -d "$n"/mq/* | wc -l); break; }
+		done
 		note "$backing: $t on ${devs[$t]} ($max_kb KiB max I/O, $nq I/O queues)"
 		printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d, "io_queues": %d}}\n' \
 			"$backing" "$t" "$max_kb" "$nq" >>"$OUTF"
