@@ -84,8 +84,8 @@ ktap_check "modinfo by name finds the staged module" test "$(field filename)" -e
 ktap_check "modinfo: description and license" desc_license
 ktap_check "modinfo: alias nvme-rsrdma" test "$(field alias)" = nvme-rsrdma
 params=$(field parm | cut -d: -f1 | sort | tr '\n' ' ')
-ktap_check "modinfo: parameters dropin, io_pool_mib, slot_kib, spread_kib" \
-	test "$params" = "dropin io_pool_mib slot_kib spread_kib "
+ktap_check "modinfo: parameters dropin, io_pool_mib, min_io_queues, slot_kib, spread_kib" \
+	test "$params" = "dropin io_pool_mib min_io_queues slot_kib spread_kib "
 
 # --- installed into the guest's module directory ---------------------------------------------
 install_moddir() {
