@@ -267,23 +267,30 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 	echo 0 >/proc/sys/kernel/kptr_restrict
 	pjob=${BENCH_PROFILE_JOB:-iops4k}
 	bench_target null || { note "bench target (null) failed"; exit 1; }
+	# The first perf run of a boot spends seconds reading symbols before it samples: not
+	# during the first transport's window.
+	perf record -q -a -o /tmp/perf.warm -- sleep 1 >/dev/null 2>&1
 	for t in $TRANSPORTS; do
 		dev=$(connect "$t" "$TARGET_PORT" "$(sub_nqn "$t")") || { note "connect $t failed"; exit 1; }
 		for job in "${JOBS[@]}"; do
 			[ "${job%% *}" = "$pjob" ] || continue
-			SECS=12 run_job profile "$t" 1 "$dev" "$job" &
-			sleep 4
+			SECS=14 run_job profile "$t" 1 "$dev" "$job" &
+			sleep 5
 			perf record -q -a -g -o "/tmp/perf.$t" -- sleep 6 >/dev/null 2>&1
 			wait
 		done
 		host_disconnect_all >/dev/null
 		{
 			echo "== $t, $pjob: share of samples by module"
-			perf report -i "/tmp/perf.$t" --no-children --sort dso --stdio 2>/dev/null |
+			perf report -i "/tmp/perf.$t" --kallsyms=/proc/kallsyms --no-children --sort dso --stdio 2>/dev/null |
 				grep -E '^ +[0-9]' | head -n 15
 			echo "== $t, $pjob: top symbols (self)"
-			perf report -i "/tmp/perf.$t" --no-children --sort dso,symbol --stdio 2>/dev/null |
+			perf report -i "/tmp/perf.$t" --kallsyms=/proc/kallsyms --no-children --sort dso,symbol --stdio 2>/dev/null |
 				grep -E '^ +[0-9]' | head -n 40
+			mod=$([ "$t" = rsrdma ] && echo nvme_rsrdma || echo nvme_rdma)
+			echo "== $t, $pjob: the transport's own functions (share of all samples)"
+			perf report -i "/tmp/perf.$t" --kallsyms=/proc/kallsyms --no-children --sort symbol --dsos "[$mod]" \
+				--percentage absolute --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -n 12
 		} >"$RSRDMA_OUT/profile-$t.txt"
 		note "profile of $t: $(grep -c . "$RSRDMA_OUT/profile-$t.txt") lines in profile-$t.txt"
 	done
