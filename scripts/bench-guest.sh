@@ -234,10 +234,7 @@ for backing in $BACKINGS; do
 		fi
 		max_kb=$(cat "/sys/block/${devs[$t]##*/}/queue/max_sectors_kb")
 		# The hardware queues of the controller's path device (the multipath head has none).
-		nq=0
-		for n in "$(ctrl_for "$nqn")"/nvme*n*; do
-			[ -d "$n/mq" ] && { nq=$(ls -d "$n"/mq/* | wc -l); break; }
-		done
+		nq=$(ls -d "/sys/block/$(path_dev "$(ctrl_for "$nqn")")/mq/"* | wc -l)
 		note "$backing: $t on ${devs[$t]} ($max_kb KiB max I/O, $nq I/O queues)"
 		printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d, "io_queues": %d}}\n' \
 			"$backing" "$t" "$max_kb" "$nq" >>"$OUTF"
@@ -267,6 +264,8 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 	echo 0 >/proc/sys/kernel/kptr_restrict
 	pjob=${BENCH_PROFILE_JOB:-iops4k}
 	bench_target null || { note "bench target (null) failed"; exit 1; }
+	# perf report of transport $1's samples, with the out-of-tree module's symbols from kallsyms.
+	preport() { perf report -i "/tmp/perf.$1" --kallsyms=/proc/kallsyms --no-children "${@:2}"; }
 	# The first perf run of a boot spends seconds reading symbols before it samples: not
 	# during the first transport's window.
 	perf record -q -a -o /tmp/perf.warm -- sleep 1 >/dev/null 2>&1
@@ -282,14 +281,14 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 		host_disconnect_all >/dev/null
 		{
 			echo "== $t, $pjob: share of samples by module"
-			perf report -i "/tmp/perf.$t" --kallsyms=/proc/kallsyms --no-children --sort dso --stdio 2>/dev/null |
+			preport "$t" --sort dso --stdio 2>/dev/null |
 				grep -E '^ +[0-9]' | head -n 15
 			echo "== $t, $pjob: top symbols (self)"
-			perf report -i "/tmp/perf.$t" --kallsyms=/proc/kallsyms --no-children --sort dso,symbol --stdio 2>/dev/null |
+			preport "$t" --sort dso,symbol --stdio 2>/dev/null |
 				grep -E '^ +[0-9]' | head -n 40
 			mod=$([ "$t" = rsrdma ] && echo nvme_rsrdma || echo nvme_rdma)
 			echo "== $t, $pjob: the transport's own functions (share of all samples)"
-			perf report -i "/tmp/perf.$t" --kallsyms=/proc/kallsyms --no-children --sort symbol --dsos "[$mod]" \
+			preport "$t" --sort symbol --dsos "[$mod]" \
 				--percentage absolute --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -n 12
 		} >"$RSRDMA_OUT/profile-$t.txt"
 		note "profile of $t: $(grep -c . "$RSRDMA_OUT/profile-$t.txt") lines in profile-$t.txt"

@@ -126,7 +126,7 @@ def report(args):
     for r in recs:
         if "max_io" in r:
             m = r["max_io"]
-            max_io[(m["backing"], m["transport"])] = (m["kib"], m.get("io_queues", "?"))
+            max_io[(m["backing"], m["transport"])] = m
     backings = [b for b in ("null", "mem", "own") if any(k[0] == b for k in data)]
     for backing in backings:
         print()
@@ -134,9 +134,8 @@ def report(args):
                "mem": "namespace: nvmet-rdma, null_blk memory backed",
                "own": "namespace: rsrdma-target (tests/target), memory backed, MDTS 8 MiB"}[backing]
               + " (largest command: rsrdma %s KiB, C rdma %s KiB; I/O queues %s and %s)"
-              % (max_io.get((backing, "rsrdma"), ("?",))[0], max_io.get((backing, "rdma"), ("?",))[0],
-                 max_io.get((backing, "rsrdma"), ("?", "?"))[1],
-                 max_io.get((backing, "rdma"), ("?", "?"))[1]))
+              % tuple(max_io.get((backing, t), {}).get(k, "?")
+                      for k in ("kib", "io_queues") for t in ("rsrdma", "rdma")))
         print("%-38s %10s %10s %7s %11s %9s" % ("figure", "rsrdma", "C rdma", "ratio",
                                                 "per round", "% raw verb"))
         for job, metric, label, higher in ROWS:

@@ -20,16 +20,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# The blk-mq device of the controller's path to the namespace (nvmeXcYnZ with native
-# multipath, else nvmeXnY itself), whose per-hctx counters are in debugfs.
-path_dev() { # CTRL_DIR
-	local n
-	for n in "$1"/nvme*n*; do
-		[ -e "$n/queue" ] && { echo "${n##*/}"; return 0; }
-	done
-	return 1
-}
-
 # The queue IDs commands went to during a short fio run, from the NVMe core's nvme_setup_cmd
 # trace event: "qid=N count" per queue. The namespace's I/O queues are qid 1 and up.
 TRACING=/sys/kernel/tracing

@@ -391,6 +391,16 @@ ctrl_for() {
 	return 1
 }
 
+# path_dev CTRL_DIR: the blk-mq device of the controller's path to the namespace (nvmeXcYnZ
+# with native multipath, else nvmeXnY itself), whose per-hctx counters are in debugfs.
+path_dev() {
+	local n
+	for n in "$1"/nvme*n*; do
+		[ -e "$n/queue" ] && { echo "${n##*/}"; return 0; }
+	done
+	return 1
+}
+
 # nvme_dev_for_nqn NQN: print /dev/nvmeXnY, the block device of the first namespace of the
 # subsystem NQN as seen through a connected controller (the multipath head node when native
 # multipath is on, else the controller's own namespace node). 1 if there is none yet.
