@@ -7,6 +7,7 @@
 #                   connect with rsrdma, do real I/O and print the module's dmesg trace
 #   make test       host unit tests + the KTAP suite in the guest; exits non-zero on failure
 #   make bench      side-by-side benchmark against the C nvme-rdma
+#   make rawbw      the benchmark's kernel-side raw RDMA bandwidth tool (out/rawbw)
 #   make install    modules_install + depmod (INSTALL_MOD_PATH, INSTALL_MOD_DIR honoured)
 #   make docs       Documentation/*.rst to HTML in out/docs (docutils, warnings are errors)
 #
@@ -32,7 +33,7 @@ endif
 
 MAKE_FLAGS_debug = LLVM=1
 
-.PHONY: all modules deps kernel run test check bench install docs clean
+.PHONY: all modules deps kernel run test check bench rawbw install docs clean
 all: modules
 
 deps:
@@ -55,8 +56,16 @@ run: modules
 test: modules
 	tests/run.sh
 
-bench: modules
+bench: modules rawbw
 	scripts/bench.sh
+
+# Built out of the tree (scripts/rawbw stays sources only), like the module against KDIR or
+# the cached kernel.
+RAWBW_DIR = $(CURDIR)/out/rawbw
+rawbw: $(if $(KDIR),,deps)
+	@mkdir -p $(RAWBW_DIR) && cp -u scripts/rawbw/rsrdma_rawbw.c scripts/rawbw/Kbuild $(RAWBW_DIR)/ && \
+	kdir=$$($(KDIR_CMD)) && \
+	$(MAKE) -C "$$kdir" M=$(RAWBW_DIR) W=1 $(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL))) modules
 
 # Installs what `make` built (building it first if there is no nvme_rsrdma.ko), the way the
 # kernel's modules_install does: $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)

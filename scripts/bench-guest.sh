@@ -6,8 +6,8 @@
 # target over the same rxe device: nvmet-rdma with a null_blk namespace without and with memory
 # backing, and the project's own target (tests/target, rsrdma-target: memory backed, MDTS 8 MiB,
 # so that rsrdma moves 4 MiB in one command where the C driver, limited to 255 pages per
-# registration, needs five); plus the raw bandwidth of rxe for each verb (perftest, and
-# rsrdma-target --raw-bw in event mode, two and four QPs).
+# registration, needs five); plus the raw bandwidth of rxe for each verb (perftest,
+# rsrdma-target --raw-bw in event mode, and the kernel-side rsrdma_rawbw, two and four QPs).
 # Both transports stay connected for a whole backing, each to a subsystem of its own (twin
 # null_blk devices, or a second rsrdma-target), so that every job runs for one transport and
 # then at once for the other (A B, then B A in the next round): a pair a few seconds apart,
@@ -187,6 +187,33 @@ raw_own() {
 		"$mode" "$mode" "$qps" "$bw" >>"$OUTF"
 }
 
+# raw_kernel MODE(write|read) QPS: the same from the kernel, the way the transports move data
+# (scripts/rawbw/rsrdma_rawbw.c, built by `make rawbw`): kernel memory, a region registered
+# once, completions polled in softirq context. It connects QPS queue pairs to itself and keeps
+# two 4 MiB messages in flight on each for 5 s after a second of warm-up.
+raw_kernel() {
+	local mode=$1 qps=$2 ko=$RSRDMA_REPO/out/rawbw/rsrdma_rawbw.ko kib=
+	local log=$RSRDMA_OUT/raw-kernel-$mode-q$qps.txt
+	if [ ! -f "$ko" ]; then
+		note "raw rxe RDMA $mode (kernel): no $ko (make rawbw)"
+		return 0
+	fi
+	rmmod rsrdma_rawbw 2>/dev/null
+	dmesg_mark
+	if timeout 60 insmod "$ko" addr="$TARGET_ADDR" port=$((16515 + RANDOM % 1000)) \
+		verb="$mode" qps="$qps" depth=2 msg_kib=4096 secs=5 >"$log" 2>&1; then
+		kib=$(cat /sys/module/rsrdma_rawbw/parameters/result_kib_s)
+	fi
+	dmesg_since_mark | grep rsrdma_rawbw >>"$log"
+	# Loaded from the tree, not installed: modprobe -r does not know it.
+	rmmod rsrdma_rawbw 2>/dev/null
+	local bw=${kib:+$(awk -v k="$kib" 'BEGIN { printf "%.1f", k / 1024 }')}
+	note "raw rxe RDMA $mode (kernel, softirq, $qps QP): ${bw:-?} MiB/s$([ -n "$bw" ] || echo " (no result: $log)")"
+	[ -n "$bw" ] || return 0
+	printf '{"raw": "rdma_%s", "tool": "kernel", "verb": "%s", "poll": "softirq", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
+		"$mode" "$mode" "$qps" "$bw" >>"$OUTF"
+}
+
 rxe_setup && target_setup || { note "set-up failed"; exit 1; }
 modprobe -a nvme-fabrics rdma_cm nvme-rdma
 rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
@@ -199,14 +226,16 @@ printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "sec
 
 # perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb"),
 # and its polling RDMA READ stays below its event mode one: polling WRITE and event READ over
-# two QPs, then both verbs in event mode through rsrdma-target over two and four QPs (one QP
-# is never the best; leaving it out keeps the whole run under 20 minutes).
+# two QPs, then both verbs in event mode through rsrdma-target, and from the kernel, over two
+# and four QPs (one QP is never the best; leaving it out keeps the whole run under 20 minutes).
 if [ "${BENCH_RAW:-1}" = 1 ]; then
 	raw_rxe write poll 2
 	raw_rxe read event 2
 	for qps in 2 4; do
 		raw_own write "$qps"
 		raw_own read "$qps"
+		raw_kernel write "$qps"
+		raw_kernel read "$qps"
 	done
 fi
 

@@ -3,7 +3,8 @@
 #
 # The checks a reviewer runs first, as one KTAP document: rustfmt (kernel configuration),
 # clippy with the kernel's lint set (a CLIPPY=1 module build with the distribution's
-# clippy-driver, which matches the rustc the kernel was built with), checkpatch on the C glue,
+# clippy-driver, which matches the rustc the kernel was built with), checkpatch on the C glue
+# and the benchmark's kernel-side tool (which must also build with W=1 without a warning),
 # clippy on the host crate, SAFETY comments on every unsafe block, and the documentation
 # (Documentation/*.rst through docutils, warnings are errors: scripts/docs.sh).
 #
@@ -51,7 +52,17 @@ clippy_module() {
 
 checkpatch() {
 	"$kdir/scripts/checkpatch.pl" --no-tree --quiet -f rust/glue.c rust/glue.h rust/layout.c \
-		rust/bindings_helper.h
+		rust/bindings_helper.h scripts/rawbw/rsrdma_rawbw.c
+}
+
+rawbw_build() {
+	# The benchmark's kernel-side raw bandwidth tool builds with W=1 and without a warning.
+	local dir out rc=0
+	dir=$(mktemp -d) && cp scripts/rawbw/rsrdma_rawbw.c scripts/rawbw/Kbuild "$dir" || return 1
+	out=$(make -s -C "$kdir" M="$dir" W=1 modules 2>&1) || rc=$?
+	rm -rf "$dir"
+	grep -E 'warning|error' -A4 <<<"$out"
+	((rc == 0)) && ! grep -qE 'warning|error' <<<"$out"
 }
 
 clippy_host() {
@@ -68,10 +79,11 @@ safety_comments() {
 }
 
 echo "KTAP version 1"
-echo "1..6"
+echo "1..7"
 check "rustfmt" rustfmt_check
 check "clippy (module, kernel lints)" clippy_module
-check "checkpatch (C glue)" checkpatch
+check "checkpatch (C glue, bench tool)" checkpatch
+check "bench tool builds without warnings (W=1)" rawbw_build
 check "clippy (host crate)" clippy_host
 check "SAFETY comment on every unsafe block" safety_comments
 check "documentation builds without warnings (docutils)" scripts/docs.sh
