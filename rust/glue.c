@@ -11,6 +11,7 @@
 #include <linux/inet.h>
 #include <linux/module.h>
 #include <linux/namei.h>
+#include <linux/netdevice.h>
 #include <linux/scatterlist.h>
 #include <linux/seq_file.h>
 #include <net/net_namespace.h>
@@ -321,6 +322,24 @@ void rsrdma_update_fast_reg_key(struct ib_mr *mr, u8 newkey)
 int rsrdma_ibdev_to_node(struct ib_device *dev)
 {
 	return ibdev_to_node(dev);
+}
+
+/*
+ * Whether the network device under RoCE port @port of @dev is running with carrier, the rule
+ * soft-RoCE sets its port state by. The core's cached port state follows only once the
+ * provider has handled the netdev's event, and a netdev that is being stopped already fails
+ * sends (its routes are gone) before that. True for a port without a netdev.
+ */
+bool rsrdma_port_netdev_up(struct ib_device *dev, u32 port)
+{
+	struct net_device *ndev = ib_device_get_netdev(dev, port);
+	bool up;
+
+	if (!ndev)
+		return true;
+	up = netif_running(ndev) && netif_carrier_ok(ndev);
+	dev_put(ndev);
+	return up;
 }
 
 const char *rsrdma_ibdev_name(struct ib_device *dev)

@@ -73,11 +73,16 @@ impl Device {
     /// Whether port `port` is up. Nothing may be sent through the CM (which uses the GSI QP)
     /// while it is down: soft-RoCE moves its GSI QP to the error state for good when a MAD
     /// send fails, which leaves every CM connection on the device dead until it is re-created.
+    /// The core's cached port state lags behind a netdev being stopped, whose failing sends
+    /// are often what starts error recovery, so the netdev under the port is checked too.
     pub(crate) fn port_active(&self, port: u32) -> bool {
         let mut state = bindings::ib_port_state_IB_PORT_NOP;
         // SAFETY: the device is alive; `state` is a valid output.
         let ret = unsafe { bindings::ib_get_cached_port_state(self.as_ptr(), port, &mut state) };
-        ret == 0 && state == bindings::ib_port_state_IB_PORT_ACTIVE
+        // SAFETY: the device is alive; the helper takes and drops its own netdev reference.
+        ret == 0
+            && state == bindings::ib_port_state_IB_PORT_ACTIVE
+            && unsafe { bindings::rsrdma_port_netdev_up(self.as_ptr(), port) }
     }
 
     pub(crate) fn num_comp_vectors(&self) -> i32 {
