@@ -151,6 +151,16 @@ connect() { # TRANSPORT PORT NQN: prints the block device
 	echo "$dev"
 }
 
+# raw_record NAME TOOL VERB POLL QPS MIB_S LOG: says one raw run's result (or that it gave
+# none, see LOG) and records it.
+raw_record() {
+	local name=$1 tool=$2 verb=$3 poll=$4 qps=$5 bw=$6 log=$7
+	note "raw rxe RDMA $verb ($tool, $poll, $qps QP): ${bw:-?} MiB/s$([ -n "$bw" ] || echo " (no result: $log)")"
+	[ -n "$bw" ] || return 0
+	printf '{"raw": "%s", "tool": "%s", "verb": "%s", "poll": "%s", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
+		"$name" "$tool" "$verb" "$poll" "$qps" "$bw" >>"$OUTF"
+}
+
 # raw_rxe MODE(write|read) POLL(poll|event) QPS: ib_{write,read}_bw between two processes on
 # rxe0, 4 MiB messages over QPS queue pairs. perftest's output is kept in $RSRDMA_OUT.
 raw_rxe() {
@@ -164,11 +174,9 @@ raw_rxe() {
 	wait
 	echo "$out" >"$log"
 	# The result line: bytes iterations BW-peak BW-average MsgRate (MB/sec, 10^6).
-	bw=$(awk '$1 == 4194304 && $4 ~ /^[0-9.]+$/ { print $4 }' <<<"$out" | tail -n1)
-	note "raw rxe ib_${mode}_bw ($poll, $qps QP): ${bw:-?} MB/s$([ -n "$bw" ] || echo " (no result: $log)")"
-	[ -n "$bw" ] || return 0
-	printf '{"raw": "ib_%s_bw", "tool": "perftest", "verb": "%s", "poll": "%s", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
-		"$mode" "$mode" "$poll" "$qps" "$(awk -v b="$bw" 'BEGIN { print b * 1e6 / 2^20 }')" >>"$OUTF"
+	bw=$(awk '$1 == 4194304 && $4 ~ /^[0-9.]+$/ { printf "%.1f", $4 * 1e6 / 2^20 }' <<<"$out" |
+		tail -n1)
+	raw_record "ib_${mode}_bw" perftest "$mode" "$poll" "$qps" "$bw" "$log"
 }
 
 # raw_own MODE(write|read) QPS: the same in event mode for both verbs (perftest has no event
@@ -181,10 +189,7 @@ raw_own() {
 		--msg-bytes 4194304 --seconds 5 2>&1)
 	echo "$out" >"$log"
 	bw=$(sed -n 's/^raw: .*: \([0-9.]*\) MiB\/s.*/\1/p' <<<"$out" | tail -n1)
-	note "raw rxe RDMA $mode (rsrdma-target, event, $qps QP): ${bw:-?} MiB/s$([ -n "$bw" ] || echo " (no result: $log)")"
-	[ -n "$bw" ] || return 0
-	printf '{"raw": "rdma_%s", "tool": "rsrdma-target", "verb": "%s", "poll": "event", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
-		"$mode" "$mode" "$qps" "$bw" >>"$OUTF"
+	raw_record "rdma_$mode" rsrdma-target "$mode" event "$qps" "$bw" "$log"
 }
 
 # raw_kernel MODE(write|read) QPS: the same from the kernel, the way the transports move data
@@ -192,26 +197,23 @@ raw_own() {
 # once, completions polled in softirq context. It connects QPS queue pairs to itself and keeps
 # two 4 MiB messages in flight on each for 5 s after a second of warm-up.
 raw_kernel() {
-	local mode=$1 qps=$2 ko=$RSRDMA_REPO/out/rawbw/rsrdma_rawbw.ko kib=
+	local mode=$1 qps=$2 ko=$RSRDMA_REPO/out/rawbw/rsrdma_rawbw.ko bw=
 	local log=$RSRDMA_OUT/raw-kernel-$mode-q$qps.txt
 	if [ ! -f "$ko" ]; then
-		note "raw rxe RDMA $mode (kernel): no $ko (make rawbw)"
+		echo "no $ko: make rawbw builds it" >"$log"
+		raw_record "rdma_$mode" kernel "$mode" softirq "$qps" "" "$log"
 		return 0
 	fi
 	rmmod rsrdma_rawbw 2>/dev/null
 	dmesg_mark
 	if timeout 60 insmod "$ko" addr="$TARGET_ADDR" port=$((16515 + RANDOM % 1000)) \
 		verb="$mode" qps="$qps" depth=2 msg_kib=4096 secs=5 >"$log" 2>&1; then
-		kib=$(cat /sys/module/rsrdma_rawbw/parameters/result_kib_s)
+		bw=$(awk '{ printf "%.1f", $1 / 1024 }' /sys/module/rsrdma_rawbw/parameters/result_kib_s)
 	fi
 	dmesg_since_mark | grep rsrdma_rawbw >>"$log"
 	# Loaded from the tree, not installed: modprobe -r does not know it.
 	rmmod rsrdma_rawbw 2>/dev/null
-	local bw=${kib:+$(awk -v k="$kib" 'BEGIN { printf "%.1f", k / 1024 }')}
-	note "raw rxe RDMA $mode (kernel, softirq, $qps QP): ${bw:-?} MiB/s$([ -n "$bw" ] || echo " (no result: $log)")"
-	[ -n "$bw" ] || return 0
-	printf '{"raw": "rdma_%s", "tool": "kernel", "verb": "%s", "poll": "softirq", "qps": %d, "msg_bytes": 4194304, "bw_mib_s": %s}\n' \
-		"$mode" "$mode" "$qps" "$bw" >>"$OUTF"
+	raw_record "rdma_$mode" kernel "$mode" softirq "$qps" "$bw" "$log"
 }
 
 rxe_setup && target_setup || { note "set-up failed"; exit 1; }

@@ -187,11 +187,8 @@ static int rawbw_accept(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 		return -EINVAL;
 	p = &rawbw.pairs[i];
 	p->srv_cq = ib_alloc_cq(id->device, NULL, 4, 0, IB_POLL_SOFTIRQ);
-	if (IS_ERR(p->srv_cq)) {
-		ret = PTR_ERR(p->srv_cq);
-		p->srv_cq = NULL;
-		return ret;
-	}
+	if (IS_ERR(p->srv_cq))
+		return PTR_ERR(p->srv_cq);
 	rawbw_qp_attr(&attr, p->srv_cq, 1);
 	ret = rdma_create_qp(id, rawbw.pd, &attr);
 	if (ret)
@@ -261,12 +258,8 @@ static int rawbw_setup_device(struct ib_device *dev)
 {
 	rawbw.dev = dev;
 	rawbw.pd = ib_alloc_pd(dev, 0);
-	if (IS_ERR(rawbw.pd)) {
-		int ret = PTR_ERR(rawbw.pd);
-
-		rawbw.pd = NULL;
-		return ret;
-	}
+	if (IS_ERR(rawbw.pd))
+		return PTR_ERR(rawbw.pd);
 	rawbw.local = (void *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, rawbw.order);
 	rawbw.remote = (void *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, rawbw.order);
 	if (!rawbw.local || !rawbw.remote)
@@ -281,12 +274,8 @@ static int rawbw_setup_device(struct ib_device *dev)
 		return -ENOMEM;
 	rawbw.remote_mapped = true;
 	rawbw.mr = ib_alloc_mr(rawbw.pd, IB_MR_TYPE_MEM_REG, 1);
-	if (IS_ERR(rawbw.mr)) {
-		int ret = PTR_ERR(rawbw.mr);
-
-		rawbw.mr = NULL;
-		return ret;
-	}
+	if (IS_ERR(rawbw.mr))
+		return PTR_ERR(rawbw.mr);
 	/* One MR page as large as the region, as nvme_rsrdma registers its pool chunks. */
 	if (!(dev->attrs.page_size_cap & rawbw.bytes) ||
 	    ib_map_mr_sg(rawbw.mr, &rawbw.remote_sg, 1, NULL, rawbw.bytes) != 1) {
@@ -307,11 +296,8 @@ static int rawbw_connect(struct rawbw_pair *p, struct sockaddr *dst)
 
 	init_completion(&p->cm_done);
 	p->cli = rdma_create_id(&init_net, rawbw_cm_handler, p, RDMA_PS_TCP, IB_QPT_RC);
-	if (IS_ERR(p->cli)) {
-		ret = PTR_ERR(p->cli);
-		p->cli = NULL;
-		return ret;
-	}
+	if (IS_ERR(p->cli))
+		return PTR_ERR(p->cli);
 	ret = rdma_resolve_addr(p->cli, NULL, dst, RAWBW_CM_TIMEOUT_MS);
 	if (!ret)
 		ret = rawbw_wait_cm(p);
@@ -331,11 +317,8 @@ static int rawbw_connect(struct rawbw_pair *p, struct sockaddr *dst)
 	/* Room for the transfers and, on the first pair, the registration. */
 	p->cli_cq = ib_alloc_cq(rawbw.dev, NULL, depth + 2,
 				 p->index % max(rawbw.dev->num_comp_vectors, 1), IB_POLL_SOFTIRQ);
-	if (IS_ERR(p->cli_cq)) {
-		ret = PTR_ERR(p->cli_cq);
-		p->cli_cq = NULL;
-		return ret;
-	}
+	if (IS_ERR(p->cli_cq))
+		return PTR_ERR(p->cli_cq);
 	rawbw_qp_attr(&attr, p->cli_cq, depth + 1);
 	ret = rdma_create_qp(p->cli, rawbw.pd, &attr);
 	if (ret)
@@ -428,10 +411,10 @@ static void rawbw_teardown(void)
 	for (i = 0; i < RAWBW_MAX_QPS; i++) {
 		struct rawbw_pair *p = &rawbw.pairs[i];
 
-		if (p->cli && p->cli->qp)
+		if (!IS_ERR_OR_NULL(p->cli) && p->cli->qp)
 			rdma_disconnect(p->cli);
 	}
-	if (rawbw.listener)
+	if (!IS_ERR_OR_NULL(rawbw.listener))
 		rdma_destroy_id(rawbw.listener);
 	for (i = 0; i < RAWBW_MAX_QPS; i++) {
 		struct rawbw_pair *p = &rawbw.pairs[i];
@@ -440,17 +423,17 @@ static void rawbw_teardown(void)
 			rdma_destroy_qp(p->srv);
 			rdma_destroy_id(p->srv);
 		}
-		if (p->cli) {
+		if (!IS_ERR_OR_NULL(p->cli)) {
 			if (p->cli->qp)
 				rdma_destroy_qp(p->cli);
 			rdma_destroy_id(p->cli);
 		}
-		if (p->srv_cq)
+		if (!IS_ERR_OR_NULL(p->srv_cq))
 			ib_free_cq(p->srv_cq);
-		if (p->cli_cq)
+		if (!IS_ERR_OR_NULL(p->cli_cq))
 			ib_free_cq(p->cli_cq);
 	}
-	if (rawbw.mr)
+	if (!IS_ERR_OR_NULL(rawbw.mr))
 		ib_dereg_mr(rawbw.mr);
 	if (rawbw.remote_mapped)
 		ib_dma_unmap_sg(rawbw.dev, &rawbw.remote_sg, 1, DMA_BIDIRECTIONAL);
@@ -460,7 +443,7 @@ static void rawbw_teardown(void)
 		free_pages((unsigned long)rawbw.remote, rawbw.order);
 	if (rawbw.local)
 		free_pages((unsigned long)rawbw.local, rawbw.order);
-	if (rawbw.pd)
+	if (!IS_ERR_OR_NULL(rawbw.pd))
 		ib_dealloc_pd(rawbw.pd);
 }
 
@@ -497,11 +480,8 @@ static int __init rawbw_init(void)
 
 	rawbw.listener = rdma_create_id(&init_net, rawbw_cm_handler, NULL, RDMA_PS_TCP,
 					IB_QPT_RC);
-	if (IS_ERR(rawbw.listener)) {
-		ret = PTR_ERR(rawbw.listener);
-		rawbw.listener = NULL;
-		return ret;
-	}
+	if (IS_ERR(rawbw.listener))
+		return PTR_ERR(rawbw.listener);
 	ret = rdma_bind_addr(rawbw.listener, (struct sockaddr *)&sin);
 	if (!ret)
 		ret = rdma_listen(rawbw.listener, RAWBW_MAX_QPS);
