@@ -222,9 +222,11 @@ rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
 netdev_mtu=$(cat "/sys/class/net/$RXE_NETDEV/mtu")
 roce_mtu=$(ibv_devinfo -d "$RXE_NAME" | awk '/active_mtu/ { print $2; exit }')
 note "rxe on $RXE_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
-printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
-	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "$ROUNDS" "$SECS" "${netdev_mtu:-null}" \
-	"${roce_mtu:-null}" >>"$OUTF"
+# The idle loop: halt (the default) or idle=poll (make bench BENCH_IDLE=poll).
+idle=$(sed -n 's/.*\bidle=\([a-z]*\).*/\1/p' /proc/cmdline)
+printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "idle": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
+	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${idle:-halt}" "$ROUNDS" "$SECS" \
+	"${netdev_mtu:-null}" "${roce_mtu:-null}" >>"$OUTF"
 
 # perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb"),
 # and its polling RDMA READ stays below its event mode one: polling WRITE and event READ over

@@ -108,9 +108,9 @@ def report(args):
     out = {"info": info, "raw_rxe": raw, "raw_ceiling_mib_s": ceiling,
            "raw_ceiling_by_verb_mib_s": verb_ceiling, "figures": []}
     out["max_io_kib"] = [r["max_io"] for r in recs if "max_io" in r]
-    print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, %s rounds of %s s per job"
-          % (info.get("kernel"), info.get("vcpus"), info.get("accel"), info.get("rounds"),
-             info.get("seconds")))
+    print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, idle loop %s, %s rounds of"
+          " %s s per job" % (info.get("kernel"), info.get("vcpus"), info.get("accel"),
+                             info.get("idle", "halt"), info.get("rounds"), info.get("seconds")))
     print("fabric: rxe on a netdev of MTU %s (RoCE MTU %s), target and host in the same guest"
           % (info.get("netdev_mtu", "?"), info.get("roce_mtu", "?")))
     for r in raw:

@@ -8,7 +8,9 @@
 # BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_BACKINGS ("null mem own"), BENCH_JOBS (all),
 # BENCH_RAW=0 (skip the raw rxe runs), BENCH_PROFILE=1 (a perf profile of each transport, see scripts/bench-guest.sh),
 # RXE_MTU (the MTU of the netdev under rxe; default the guest's 1500, RoCE MTU 1024, as in the
-# tests; RXE_MTU=9000 gives RoCE MTU 4096, as jumbo-frame RoCE deployments run).
+# tests; RXE_MTU=9000 gives RoCE MTU 4096, as jumbo-frame RoCE deployments run),
+# BENCH_IDLE=poll (boot the guest with idle=poll: idle vCPUs spin instead of halting; under TCG
+# waking a halted vCPU dominates QD1 latency, see Documentation/testing.rst).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,9 +27,15 @@ out=$repo/out/bench-$stamp
 mkdir -p "$out" "$repo/results"
 if [ -n "${KDIR:-}" ]; then kdir=$("$here/check-kdir.sh" "$KDIR"); else kdir=$("$here/kernel.sh" "${KERNEL:-default}"); fi
 accel=$("$here/accel.sh" "$kdir")
+idle=()
+case "${BENCH_IDLE:-halt}" in
+halt) ;;
+poll) idle=(-a idle=poll) ;;
+*) die "BENCH_IDLE=$BENCH_IDLE: halt or poll" ;;
+esac
 start=$(date +%s)
 rc=0
-"$here/vm.sh" -t 2400 -o "$out" -- env BENCH_ACCEL="$accel" BENCH_ROUNDS="${BENCH_ROUNDS:-3}" \
+"$here/vm.sh" -t 2400 -o "$out" "${idle[@]}" -- env BENCH_ACCEL="$accel" BENCH_ROUNDS="${BENCH_ROUNDS:-3}" \
 	BENCH_SECONDS="${BENCH_SECONDS:-5}" BENCH_BACKINGS="${BENCH_BACKINGS:-null mem own}" \
 	BENCH_JOBS="${BENCH_JOBS:-}" BENCH_PROFILE="${BENCH_PROFILE:-0}" BENCH_RAW="${BENCH_RAW:-1}" RXE_MTU="${RXE_MTU:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" scripts/bench-guest.sh || rc=$?
 python3 "$here/bench.py" report "$out/bench.jsonl" "$repo/results/bench-$stamp.json" | tee "$out/report.txt"

@@ -3,27 +3,29 @@
 #
 # Boot the guest kernel, run one command in it as root and return its exit status.
 #
-#   scripts/vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] -- COMMAND [ARGS...]
+#   scripts/vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] [-a KERNEL_ARG]... -- COMMAND [ARGS...]
 #
 # The guest is virtme-ng: it shares the host's root file system read-only (so nvme-cli, fio,
 # rdma and the repository are all there) and OUTDIR read-write. The command's output is
 # streamed as the guest writes it; OUTDIR keeps guest.log, dmesg.log, console.log and the exit
 # status. A guest that hangs is killed at the timeout (exit status 124): CI never hangs.
 # One guest at a time per machine: a second vm.sh waits for the first (a lock in the cache).
-# Environment inside the guest: RSRDMA_REPO (this repository), RSRDMA_OUT (OUTDIR).
+# Environment inside the guest: RSRDMA_REPO (this repository), RSRDMA_OUT (OUTDIR). -a adds a
+# kernel command-line argument (the benchmark uses it for the guest's idle loop).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-timeout_s=900 cpus=2 memory=3G out=
-while getopts "t:c:m:o:" opt; do
+timeout_s=900 cpus=2 memory=3G out= append="printk.time=1 sysctl.kernel.hung_task_timeout_secs=60"
+while getopts "t:c:m:o:a:" opt; do
 	case "$opt" in
 	t) timeout_s=$OPTARG ;;
 	c) cpus=$OPTARG ;;
 	m) memory=$OPTARG ;;
 	o) out=$OPTARG ;;
-	*) die "usage: vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] -- COMMAND..." ;;
+	a) append+=" $OPTARG" ;;
+	*) die "usage: vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] [-a KERNEL_ARG]... -- COMMAND..." ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -77,7 +79,7 @@ log "booting $(cat "$kdir/include/config/kernel.release") ($accel, $cpus vCPUs, 
 start=$(date +%s)
 timeout -k 10 "$timeout_s" vng --run "$kdir" --user root --cpus "$cpus" --memory "$memory" \
 	--network user --rwdir="$out" "${accel_opts[@]}" \
-	--verbose --append "printk.time=1 sysctl.kernel.hung_task_timeout_secs=60" \
+	--verbose --append "$append" \
 	-- "$out/guest.sh" </dev/null >"$out/console.log" 2>&1 &
 vm=$!
 tailer=
