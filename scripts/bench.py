@@ -116,13 +116,17 @@ def report(args):
     for r in raw:
         print("raw rxe RDMA %-5s %-13s %-7s %d QP: %6.1f MiB/s with 4 MiB messages"
               % (verb_of(r), r.get("tool", "perftest"), r["poll"], r.get("qps", 1), r["bw_mib_s"]))
-    print("raw rxe ceilings: RDMA WRITE %.1f MiB/s (the verb that moves NVMe read data), RDMA READ"
-          % verb_ceiling["write"])
-    print("  %.1f MiB/s (NVMe write data): the best of each verb on the same rxe device, 2 or 4 QPs;"
-          % verb_ceiling["read"])
-    print("  perftest busy-polls (a vCPU rxe then lacks) and has event mode for READ only;")
-    print("  rsrdma-target --raw-bw sleeps on completion events for both; the kernel tool")
-    print("  (rsrdma_rawbw) moves kernel memory and polls in softirq context, as the transports do")
+    if raw:
+        print("raw rxe ceilings: RDMA WRITE %.1f MiB/s (the verb that moves NVMe read data), RDMA"
+              " READ" % verb_ceiling["write"])
+        print("  %.1f MiB/s (NVMe write data): the best of each verb on the same rxe device, 2 or 4"
+              " QPs;" % verb_ceiling["read"])
+        print("  perftest busy-polls (a vCPU rxe then lacks) and has event mode for READ only;")
+        print("  rsrdma-target --raw-bw sleeps on completion events for both; the kernel tool")
+        print("  (rsrdma_rawbw) moves kernel memory and polls in softirq context, as the transports"
+              " do")
+    else:
+        print("raw rxe ceilings: not measured (BENCH_RAW=0)")
     max_io = {}
     for r in recs:
         if "max_io" in r:

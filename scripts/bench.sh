@@ -5,7 +5,7 @@
 # and against the raw bandwidth of rxe (see scripts/bench-guest.sh). Prints one table and
 # writes it as JSON to results/bench-<time>.json; the raw measurements stay in out/bench-<time>/.
 #
-# BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_BACKINGS ("null mem own"), BENCH_JOBS (all),
+# BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_BACKINGS ("null mem own"), BENCH_JOBS (all),
 # BENCH_RAW=0 (skip the raw rxe runs), BENCH_PROFILE=1 (a perf profile of each transport, see scripts/bench-guest.sh),
 # RXE_MTU (the MTU of the netdev under rxe; default the guest's 1500, RoCE MTU 1024, as in the
 # tests; RXE_MTU=9000 gives RoCE MTU 4096, as jumbo-frame RoCE deployments run),
@@ -35,8 +35,8 @@ poll) idle=(-a idle=poll) ;;
 esac
 start=$(date +%s)
 rc=0
-"$here/vm.sh" -t 2400 -o "$out" "${idle[@]}" -- env BENCH_ACCEL="$accel" BENCH_ROUNDS="${BENCH_ROUNDS:-3}" \
-	BENCH_SECONDS="${BENCH_SECONDS:-5}" BENCH_BACKINGS="${BENCH_BACKINGS:-null mem own}" \
+"$here/vm.sh" -t 2400 -o "$out" "${idle[@]}" -- env BENCH_ACCEL="$accel" BENCH_ROUNDS="${BENCH_ROUNDS:-4}" \
+	BENCH_SECONDS="${BENCH_SECONDS:-3}" BENCH_BACKINGS="${BENCH_BACKINGS:-null mem own}" \
 	BENCH_JOBS="${BENCH_JOBS:-}" BENCH_PROFILE="${BENCH_PROFILE:-0}" BENCH_RAW="${BENCH_RAW:-1}" RXE_MTU="${RXE_MTU:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" scripts/bench-guest.sh || rc=$?
 python3 "$here/bench.py" report "$out/bench.jsonl" "$repo/results/bench-$stamp.json" | tee "$out/report.txt"
 for f in "$out"/profile-*.txt; do
