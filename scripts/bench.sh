@@ -35,9 +35,12 @@ poll) idle=(-a idle=poll) ;;
 esac
 start=$(date +%s)
 rc=0
-"$here/vm.sh" -t 2400 -o "$out" "${idle[@]}" -- env BENCH_ACCEL="$accel" BENCH_ROUNDS="${BENCH_ROUNDS:-4}" \
-	BENCH_SECONDS="${BENCH_SECONDS:-3}" BENCH_BACKINGS="${BENCH_BACKINGS:-null mem own}" \
-	BENCH_JOBS="${BENCH_JOBS:-}" BENCH_PROFILE="${BENCH_PROFILE:-0}" BENCH_RAW="${BENCH_RAW:-1}" RXE_MTU="${RXE_MTU:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" scripts/bench-guest.sh || rc=$?
+# The guest script holds the defaults: an empty variable means its default.
+"$here/vm.sh" -t 2400 -o "$out" "${idle[@]}" -- env BENCH_ACCEL="$accel" \
+	BENCH_ROUNDS="${BENCH_ROUNDS:-}" BENCH_SECONDS="${BENCH_SECONDS:-}" \
+	BENCH_BACKINGS="${BENCH_BACKINGS:-}" BENCH_JOBS="${BENCH_JOBS:-}" \
+	BENCH_PROFILE="${BENCH_PROFILE:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" \
+	BENCH_RAW="${BENCH_RAW:-}" RXE_MTU="${RXE_MTU:-}" scripts/bench-guest.sh || rc=$?
 python3 "$here/bench.py" report "$out/bench.jsonl" "$repo/results/bench-$stamp.json" | tee "$out/report.txt"
 for f in "$out"/profile-*.txt; do
 	[ -f "$f" ] && cat "$f"
