@@ -33,6 +33,20 @@ endif
 
 MAKE_FLAGS_debug = LLVM=1
 
+# Objects built against one kernel tree must not be linked against another tree of the same
+# release: Kbuild records header dependencies relative to the tree it runs in, so it would not
+# notice the switch (nor a changed .config). Each build directory keeps a stamp of its tree,
+# configuration and flags; when that changes, the previous build is cleaned first.
+# $(1): the M= directory, $(2): the extra make flags. Expects $$kdir in the shell.
+define kdir_guard
+stamp="$$(cd "$$kdir" && pwd) $$(cksum <"$$kdir/.config" | cut -d' ' -f1) $(2)"; \
+if [ -f "$(1)/.kdir-stamp" ] && [ "$$(cat "$(1)/.kdir-stamp")" != "$$stamp" ]; then \
+	echo "$(1): was built against another kernel tree or configuration: cleaning it first"; \
+	$(MAKE) -C "$$kdir" M="$(1)" clean >/dev/null; \
+fi; \
+echo "$$stamp" >"$(1)/.kdir-stamp"
+endef
+
 .PHONY: all modules deps kernel run test check bench rawbw install docs clean
 all: modules
 
@@ -44,6 +58,7 @@ kernel: deps
 
 modules: $(if $(KDIR),,deps)
 	@kdir=$$($(KDIR_CMD)) && \
+	$(call kdir_guard,$(CURDIR),$(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL)))) && \
 	$(MAKE) -C "$$kdir" M=$(CURDIR) RUSTC=$(RUSTC) BINDGEN=bindgen \
 		$(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL))) RSRDMA_WERROR=$(RSRDMA_WERROR) modules
 
@@ -65,6 +80,7 @@ RAWBW_DIR = $(CURDIR)/out/rawbw
 rawbw: $(if $(KDIR),,deps)
 	@mkdir -p $(RAWBW_DIR) && cp -u scripts/rawbw/rsrdma_rawbw.c scripts/rawbw/Kbuild $(RAWBW_DIR)/ && \
 	kdir=$$($(KDIR_CMD)) && \
+	$(call kdir_guard,$(RAWBW_DIR),$(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL)))) && \
 	$(MAKE) -C "$$kdir" M=$(RAWBW_DIR) W=1 $(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL))) modules
 
 # Installs what `make` built (building it first if there is no nvme_rsrdma.ko), the way the
@@ -95,4 +111,4 @@ docs:
 clean:
 	@kdir=$$($(KDIR_CMD) 2>/dev/null) && [ -n "$$kdir" ] && \
 	$(MAKE) -C "$$kdir" M=$(CURDIR) clean || true
-	rm -rf tests/host/target
+	rm -rf tests/host/target .kdir-stamp
