@@ -32,14 +32,16 @@ KDIR_CMD = scripts/check-kdir.sh $(KDIR)
 endif
 
 MAKE_FLAGS_debug = LLVM=1
+# Extra Kbuild flags of the cached kernel's flavour (none for a KDIR tree).
+KFLAGS = $(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL)))
 
 # Objects built against one kernel tree must not be linked against another tree of the same
 # release: Kbuild records header dependencies relative to the tree it runs in, so it would not
-# notice the switch (nor a changed .config). Each build directory keeps a stamp of its tree,
-# configuration and flags; when that changes, the previous build is cleaned first.
-# $(1): the M= directory, $(2): the extra make flags. Expects $$kdir in the shell.
+# notice the switch (nor a changed .config). Each build directory keeps a stamp of its tree
+# (the absolute path KDIR_CMD prints), configuration and flags; when that changes, the
+# previous build is cleaned first. $(1): the M= directory. Expects $$kdir in the shell.
 define kdir_guard
-stamp="$$(cd "$$kdir" && pwd) $$(cksum <"$$kdir/.config" | cut -d' ' -f1) $(2)"; \
+stamp="$$kdir $$(cksum <"$$kdir/.config" | cut -d' ' -f1) $(KFLAGS)"; \
 if [ -f "$(1)/.kdir-stamp" ] && [ "$$(cat "$(1)/.kdir-stamp")" != "$$stamp" ]; then \
 	echo "$(1): was built against another kernel tree or configuration: cleaning it first"; \
 	$(MAKE) -C "$$kdir" M="$(1)" clean >/dev/null; \
@@ -58,9 +60,9 @@ kernel: deps
 
 modules: $(if $(KDIR),,deps)
 	@kdir=$$($(KDIR_CMD)) && \
-	$(call kdir_guard,$(CURDIR),$(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL)))) && \
+	$(call kdir_guard,$(CURDIR)) && \
 	$(MAKE) -C "$$kdir" M=$(CURDIR) RUSTC=$(RUSTC) BINDGEN=bindgen \
-		$(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL))) RSRDMA_WERROR=$(RSRDMA_WERROR) modules
+		$(KFLAGS) RSRDMA_WERROR=$(RSRDMA_WERROR) modules
 
 check:
 	cargo test -q --manifest-path tests/host/Cargo.toml
@@ -80,8 +82,8 @@ RAWBW_DIR = $(CURDIR)/out/rawbw
 rawbw: $(if $(KDIR),,deps)
 	@mkdir -p $(RAWBW_DIR) && cp -u scripts/rawbw/rsrdma_rawbw.c scripts/rawbw/Kbuild $(RAWBW_DIR)/ && \
 	kdir=$$($(KDIR_CMD)) && \
-	$(call kdir_guard,$(RAWBW_DIR),$(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL)))) && \
-	$(MAKE) -C "$$kdir" M=$(RAWBW_DIR) W=1 $(if $(KDIR),,$(MAKE_FLAGS_$(KERNEL))) modules
+	$(call kdir_guard,$(RAWBW_DIR)) && \
+	$(MAKE) -C "$$kdir" M=$(RAWBW_DIR) W=1 $(KFLAGS) modules
 
 # Installs what `make` built (building it first if there is no nvme_rsrdma.ko), the way the
 # kernel's modules_install does: $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)
