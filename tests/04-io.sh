@@ -151,12 +151,12 @@ fi
 host_disconnect_all
 
 # --- write and poll queues ----------------------------------------------------------------------
-dmesg_mark_io=$(dmesg | wc -l)
+mark_io=$(kmsg_mark)
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
 	--nr-write-queues=1 --nr-poll-queues=1 | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
-mapped=$(dmesg | tail -n +"$dmesg_mark_io" | grep -m1 'default/read/poll queues')
+mapped=$(dmesg_after "$mark_io" | grep -m1 'default/read/poll queues')
 ktap_diag "${mapped:-no queue map line}"
 if grep -qE 'mapped [0-9]+/[0-9]+/1 default/read/poll' <<<"$mapped" &&
 	fio_verify "$dev" "$SECS" --bs=4k --iodepth=8 --hipri --size=8m; then

@@ -59,7 +59,7 @@ stats() {
 # numbers its MRs from the start again and draws the key's low byte at random, so the new
 # pool's RKEY equals the old one once in 256 device removals.
 reissued() {
-	dmesg | sed -n "/$1/,\$p" | awk -v k="$2" '
+	dmesg_after "$1" | awk -v k="$2" '
 		index($0, "pool: invalidating rkey " k " (MR deregistered)") { gone = 1 }
 		gone && index($0, "pool: registered ") && $NF == k { found = 1 }
 		END { exit !found }'
@@ -70,8 +70,7 @@ reissued() {
 cycle() {
 	local name=$1 ctrl=$2 down=$3 up=$4 before after t k mark
 	before=$(our_rkeys)
-	mark="rsrdma-cycle-$$-$RANDOM-$SECONDS"
-	echo "$mark" >/dev/kmsg
+	mark=$(kmsg_mark)
 	eval "$down" || { ktap_diag "$name: '$down' failed"; return 1; }
 	eval "$up" || { ktap_diag "$name: '$up' failed"; return 1; }
 	t=$(now)

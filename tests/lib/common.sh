@@ -548,18 +548,30 @@ kmemleak_check() {
 	fi
 }
 
-dmesg_mark() {
-	_dmesg_mark="rsrdma-mark-$$-$RANDOM-$SECONDS"
-	_kmemleak clear || true
-	echo "$_dmesg_mark" >/dev/kmsg
+# kmsg_mark: write a unique line to the kernel log and print it, for dmesg_after.
+kmsg_mark() {
+	local mark="rsrdma-mark-$$-$BASHPID-$RANDOM-$SECONDS"
+	echo "$mark" >/dev/kmsg
+	echo "$mark"
 }
 
-dmesg_since_mark() {
-	if [ -n "$_dmesg_mark" ] && dmesg | grep -q -- "$_dmesg_mark"; then
-		dmesg | sed -n "/$_dmesg_mark/,\$p" | tail -n +2
+# dmesg_after MARK: the kernel log after MARK (all of it when MARK is not, or no longer, there).
+dmesg_after() {
+	if [ -n "$1" ] && dmesg | grep -q -- "$1"; then
+		dmesg | sed -n "/$1/,\$p" | tail -n +2
 	else
 		dmesg
 	fi
+}
+
+# dmesg_mark: the test's mark, which dmesg_since_mark and dmesg_check_clean read from.
+dmesg_mark() {
+	_kmemleak clear || true
+	_dmesg_mark=$(kmsg_mark)
+}
+
+dmesg_since_mark() {
+	dmesg_after "$_dmesg_mark"
 }
 
 dmesg_check_clean() {
