@@ -14,6 +14,7 @@ use crate::glue::{dbg_event, log_err, log_info, log_warn};
 use crate::mq::{ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
 use crate::nvme::{status_result, Ctrl, Failure, Options, State};
 use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
+use crate::proto::addr::Endpoint;
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
 use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
@@ -71,6 +72,8 @@ pub(crate) struct RdmaCtrl {
     #[pin]
     pool: Pool,
     addr: bindings::__kernel_sockaddr_storage,
+    /// `addr` as the log shows it.
+    endpoint: Endpoint,
     src_addr: Option<bindings::__kernel_sockaddr_storage>,
     io_queues: [AtomicU32; HCTX_MAX_TYPES],
     /// Turn of the next spread command (see `mq::spread`).
@@ -99,7 +102,10 @@ unsafe impl Send for RdmaCtrl {}
 unsafe impl Sync for RdmaCtrl {}
 
 /// Parses an address option into a socket address.
-fn parse_addr(addr: &CStr, port: Option<&CStr>) -> Result<bindings::__kernel_sockaddr_storage> {
+fn parse_addr(
+    addr: &CStr,
+    port: Option<&CStr>,
+) -> Result<(bindings::__kernel_sockaddr_storage, Endpoint)> {
     let mut ss = bindings::__kernel_sockaddr_storage::default();
     // SAFETY: valid NUL-terminated strings (or null port) and an output buffer of the right
     // type.
@@ -110,7 +116,17 @@ fn parse_addr(addr: &CStr, port: Option<&CStr>) -> Result<bindings::__kernel_soc
             &mut ss,
         )
     })?;
-    Ok(ss)
+    // SAFETY: the storage is plain bytes, all of them initialized (zeroed by `default`, then
+    // filled in by the parser), viewed for its own size while borrowed.
+    let bytes = unsafe {
+        core::slice::from_raw_parts(
+            core::ptr::from_ref(&ss).cast::<u8>(),
+            core::mem::size_of_val(&ss),
+        )
+    };
+    // The parser only gives IPv4 and IPv6 addresses.
+    let shown = Endpoint::from_sockaddr(bytes).ok_or(EINVAL)?;
+    Ok((ss, shown))
 }
 
 impl RdmaCtrl {
@@ -324,7 +340,7 @@ impl RdmaCtrl {
             crate::glue::min_io_queues(),
         ));
         let traddr = opts.traddr().ok_or(EINVAL)?;
-        let addr = parse_addr(traddr, opts.trsvcid()).inspect_err(|_| {
+        let (addr, endpoint) = parse_addr(traddr, opts.trsvcid()).inspect_err(|_| {
             log_err!(
                 core::ptr::null(),
                 "traddr: malformed address {}:{}",
@@ -333,7 +349,7 @@ impl RdmaCtrl {
             );
         })?;
         let src_addr = match opts.host_traddr() {
-            Some(h) => Some(parse_addr(h, None).inspect_err(|_| {
+            Some(h) => Some(parse_addr(h, None).map(|(ss, _)| ss).inspect_err(|_| {
                 log_err!(
                     core::ptr::null(),
                     "host_traddr: malformed source address {}",
@@ -345,10 +361,9 @@ impl RdmaCtrl {
         if !opts.duplicate_connect() && crate::registration::existing_controller(opts) {
             log_err!(
                 core::ptr::null(),
-                "already connected to {} at {}:{} (use duplicate_connect to force)",
+                "already connected to {} at {} (use duplicate_connect to force)",
                 opts.subsysnqn().unwrap_or(c_str!("")),
-                traddr,
-                opts.trsvcid().unwrap_or(c_str!(""))
+                endpoint
             );
             return Err(errno::EALREADY());
         }
@@ -409,6 +424,7 @@ impl RdmaCtrl {
                 conn: ConnCell::new(),
                 pool <- pool,
                 addr,
+                endpoint,
                 src_addr,
                 io_queues: Default::default(),
                 spread_next: AtomicU32::new(0),
@@ -456,10 +472,9 @@ impl RdmaCtrl {
         }
         log_info!(
             n.as_ptr(),
-            "new ctrl: NQN \"{}\", addr {}:{}, hostnqn: {}, {} I/O queues of depth {}, pool {} KiB",
+            "new ctrl: NQN \"{}\", addr {}, hostnqn: {}, {} I/O queues of depth {}, pool {} KiB",
             n.subsysnqn(),
-            traddr,
-            opts.trsvcid().unwrap_or(c_str!("")),
+            ctrl.endpoint,
             opts.hostnqn().unwrap_or(c_str!("")),
             n.queue_count() - 1,
             u32::from(n.sqsize()) + 1,

@@ -5,8 +5,9 @@
 #
 # Controller lifecycle over the rsrdma transport against the in-kernel nvmet-rdma target:
 # connect, what the core and sysfs show, repeated connect/disconnect without leaking RDMA
-# resources, two controllers at once, duplicate connects, an unreachable address, refused
-# options, discovery, and rmmod with controllers connected.
+# resources, two controllers at once, duplicate connects, IPv6 (unique-local and link-local
+# addresses), an unreachable address, refused options, discovery, and rmmod with controllers
+# connected.
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
@@ -51,7 +52,7 @@ refuse() {
 }
 
 ktap_header
-ktap_plan 19
+ktap_plan 22
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -163,6 +164,45 @@ out=$(fabrics_probe "transport=$HOST_TRANSPORT,$assoc,duplicate_connect")
 ktap_diag "with duplicate_connect: $(head -n1 <<<"$out")"
 ktap_check "duplicate_connect allows a second controller" grep -q '^ok instance=' <<<"$out"
 host_disconnect_all
+
+# --- IPv6 ------------------------------------------------------------------------------------
+# RoCE v2 over IPv6: nvmet ports 2 and 3 on a unique-local and a link-local address of the rxe
+# netdev. The link-local one needs its interface (traddr=ADDR%IFNAME); the log shows the parsed
+# address in brackets, and a scope as the interface index after the port, as the kernel prints
+# socket addresses (%pISpcs).
+# ipv6_connect NAME TRADDR SHOWN: connect, I/O with verification, the sysfs address, and the
+# "new ctrl" line's address, then disconnect.
+ipv6_connect() {
+	local name=$1 traddr=$2 shown=$3 out ok=1 c d address line
+	dmesg_mark
+	out=$(timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$traddr" -s "$TARGET_PORT" -n "$NQN_NULL" 2>&1)
+	[ -z "$out" ] || ktap_diag "$out"
+	if wait_for 30 nvme_dev_for_nqn "$NQN_NULL"; then
+		c=$(ctrl_for "$NQN_NULL") d=$(nvme_dev_for_nqn "$NQN_NULL")
+		address=$(cat "$c/address" 2>/dev/null)
+		line=$(dmesg_since_mark | grep -o 'new ctrl: NQN "'"$NQN_NULL"'", addr [^ ]*' | head -n1)
+		ktap_diag "${c##*/}: address=$address; ${line:-no new ctrl line}"
+		fio_verify "$d" 2 --size=4m || ok=0
+		[ "$address" = "traddr=$traddr,trsvcid=$TARGET_PORT" ] || ok=0
+		[ "$line" = "new ctrl: NQN \"$NQN_NULL\", addr $shown," ] || ok=0
+	else
+		ok=0
+	fi
+	disconnect "$NQN_NULL" || ok=0
+	((ok)) && ktap_ok "$name" || ktap_fail "$name"
+}
+
+if target_ipv6_setup; then
+	ifindex=$(cat "/sys/class/net/$RXE_NETDEV/ifindex")
+	ipv6_connect "connect over IPv6 (unique-local), I/O, address shown as [$TARGET_ADDR6]:port" \
+		"$TARGET_ADDR6" "[$TARGET_ADDR6]:$TARGET_PORT"
+	ipv6_connect "connect over IPv6 (link-local with scope), I/O, address shown with the scope" \
+		"$TARGET_LL6%$RXE_NETDEV" "[$TARGET_LL6]:$TARGET_PORT%$ifindex"
+else
+	ktap_fail "connect over IPv6 (unique-local)" "IPv6 target set-up failed"
+	ktap_fail "connect over IPv6 (link-local with scope)" "IPv6 target set-up failed"
+fi
+ktap_check "IPv6 target ports and addresses removed" target_ipv6_teardown
 
 # --- unreachable address -----------------------------------------------------------------------
 dmesg_mark

@@ -8,6 +8,7 @@
 //! unchanged, into the host crate under `tests/host`, which runs the unit
 //! tests with `cargo test`.
 //!
+//! - [`addr`]: transport addresses as the log shows them.
 //! - [`sgl`]: NVMe SGL descriptors (keyed and in-capsule).
 //! - [`capsule`]: command (SQE) and completion (CQE) capsule helpers.
 //! - [`cm`]: RDMA CM private data of the NVMe/RDMA transport binding.
@@ -15,6 +16,7 @@
 //! - [`reconnect`]: the reconnect policy.
 //! - [`spread`]: command identifiers of commands sent on another queue than their own.
 
+pub mod addr;
 pub mod capsule;
 pub mod cm;
 pub mod pool;

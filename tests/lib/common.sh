@@ -8,7 +8,8 @@
 #   KTAP        ktap_header, ktap_plan N, ktap_ok NAME, ktap_fail NAME [REASON],
 #               ktap_skip NAME REASON, ktap_check NAME CMD..., ktap_diag MSG..., ktap_finish
 #   fabric      rxe_setup, rxe_teardown
-#   target      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems)
+#   target      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems),
+#               target_ipv6_setup, target_ipv6_teardown (ports 2 and 3 on IPv6 addresses)
 #   host        rsrdma_load [PARAMS...], rsrdma_unload, host_disconnect_all, teardown_all,
 #               rdma_counts, our_rkeys, ctrl_for NQN, nvme_dev_for_nqn NQN, fabrics_probe OPTIONS (write a connect string, report errno and "no handler")
 #   kernel log  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check
@@ -286,6 +287,59 @@ target_teardown() {
 	return $rc
 }
 
+# ---- target over IPv6 ----------------------------------------------------------------------------
+# target_ipv6_setup (after target_setup): a unique-local ($TARGET_ADDR6) and a link-local
+# ($TARGET_LL6) address on $RXE_NETDEV, each with its RoCE v2 GID in rxe's table, and nvmet
+# ports 2 and 3 exporting $NQN_NULL on them at $TARGET_PORT. target_ipv6_teardown removes the
+# ports and the addresses (target_teardown removes the ports too).
+export TARGET_ADDR6=fd00::15 TARGET_LL6=fe80::15
+
+_rxe_has_gid() { # ADDRESS
+	local full
+	full=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_address(sys.argv[1]).exploded)' "$1")
+	grep -qx "$full" /sys/class/infiniband/"$RXE_NAME"/ports/1/gids/* 2>/dev/null
+}
+
+_ipv6_port() { # PORT_ID TRADDR
+	local p=$NVMET_CFS/ports/$1
+	[ -d "$p" ] || mkdir "$p" || return 1
+	if [ -z "$(ls "$p/subsystems")" ]; then
+		_w rdma "$p/addr_trtype" && _w ipv6 "$p/addr_adrfam" && _w "$2" "$p/addr_traddr" &&
+			_w "$TARGET_PORT" "$p/addr_trsvcid" || return 1
+		ln -s "$NVMET_CFS/subsystems/$NQN_NULL" "$p/subsystems/$NQN_NULL" ||
+			{ ktap_diag "cannot export $NQN_NULL on [$2]:$TARGET_PORT"; return 1; }
+	fi
+}
+
+target_ipv6_setup() {
+	local a
+	for a in "$TARGET_ADDR6/64" "$TARGET_LL6/64"; do
+		ip -6 addr show dev "$RXE_NETDEV" | grep -q "inet6 $a " && continue
+		# No duplicate address detection: the address is usable at once.
+		ip -6 addr add "$a" dev "$RXE_NETDEV" nodad ||
+			{ ktap_diag "cannot add $a to $RXE_NETDEV"; return 1; }
+	done
+	for a in "$TARGET_ADDR6" "$TARGET_LL6"; do
+		wait_for 10 _rxe_has_gid "$a" || { ktap_diag "no GID for $a on $RXE_NAME"; return 1; }
+	done
+	_ipv6_port 2 "$TARGET_ADDR6" && _ipv6_port 3 "$TARGET_LL6%$RXE_NETDEV"
+}
+
+target_ipv6_teardown() {
+	local p a rc=0
+	for p in 2 3; do
+		[ -d "$NVMET_CFS/ports/$p" ] || continue
+		rm -f "$NVMET_CFS/ports/$p"/subsystems/*
+		rmdir "$NVMET_CFS/ports/$p" || rc=1
+	done
+	for a in "$TARGET_ADDR6/64" "$TARGET_LL6/64"; do
+		if ip -6 addr show dev "$RXE_NETDEV" 2>/dev/null | grep -q "inet6 $a "; then
+			ip -6 addr del "$a" dev "$RXE_NETDEV" || rc=1
+		fi
+	done
+	return $rc
+}
+
 # ---- host --------------------------------------------------------------------------------------
 # The host transport under test: nvme_rsrdma as "rsrdma" (RSRDMA_MODE=rsrdma, the default) or
 # in drop-in mode as "rdma" (RSRDMA_MODE=dropin: loaded with dropin=1, the C nvme_rdma unloaded).
@@ -378,6 +432,7 @@ our_rkeys() {
 teardown_all() {
 	host_disconnect_all >/dev/null 2>&1
 	host_unload >/dev/null 2>&1
+	target_ipv6_teardown >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
 	rxe_teardown >/dev/null 2>&1
 }
@@ -613,6 +668,8 @@ leftovers() {
 	rdma link show 2>/dev/null | awk '{ print "rdma link " $2 }'
 	[ -d "$NULLB_CFS" ] && ls "$NULLB_CFS" | grep -v '^features$' | sed 's/^/null_blk /'
 	mountpoint -q "$TARGET_TMPFS" 2>/dev/null && echo "mount $TARGET_TMPFS"
+	ip -6 -o addr show dev "$RXE_NETDEV" 2>/dev/null |
+		awk -v a="$TARGET_ADDR6/64" -v l="$TARGET_LL6/64" '$4 == a || $4 == l { print "address " $4 }'
 	[ ! -e "$DROPIN_MODPROBE_CONF" ] || echo "file $DROPIN_MODPROBE_CONF"
 	[ "$(cat /proc/sys/kernel/modprobe)" = /bin/true ] && echo "module autoloading off (fabrics_probe)"
 	return 0
@@ -624,6 +681,7 @@ reset_guest() {
 	rm -f "$DROPIN_MODPROBE_CONF"
 	host_disconnect_all
 	rsrdma_unload
+	target_ipv6_teardown
 	target_teardown
 	module_unload nvme_rdma
 	rxe_teardown
