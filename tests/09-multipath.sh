@@ -1,0 +1,134 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# rsrdma-modes: rsrdma dropin
+# rsrdma-timeout: 900
+#
+# Native NVMe multipath over the transport: one subsystem reached through two nvmet ports, port
+# 1 on the IPv4 address and port 2 on an IPv6 one of the same rxe device, so the core puts the
+# two controllers under one namespace head. With verified I/O running on the head (round-robin
+# over the paths), each port in turn goes away: the commands in flight on the lost path fail
+# over to the other one, I/O goes on with no error, and the lost path reconnects when its port
+# comes back and carries I/O again. Then both paths are disconnected without leaking RDMA
+# resources.
+set -u
+. "$(dirname "$0")/lib/common.sh"
+
+RECOVERY_TIMEOUT=60
+
+cleanup() {
+	[ -n "${FIO_PID:-}" ] && kill -INT "$FIO_PID" 2>/dev/null
+	teardown_all
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+# path_of CTRL: the path device (nvmeXcYnZ) of CTRL's namespace, a directory of the controller.
+path_of() {
+	local p
+	for p in "/sys/class/nvme/$1/"nvme*c*n*; do
+		[ -d "$p" ] && echo "${p##*/}" && return 0
+	done
+	return 1
+}
+
+# path_ios PATH_DEV: reads and writes the path has completed.
+path_ios() { awk '{ print $1 + $5 }' /sys/class/nvme/*/"$1"/stat; }
+
+# moved PATH_DEV SECONDS: whether the path completed I/O during the next SECONDS (says how much;
+# for ktap_check, which makes that a diagnostic).
+moved() {
+	local a b
+	a=$(path_ios "$1")
+	sleep "$2"
+	b=$(path_ios "$1")
+	echo "$1: $((b - a)) I/Os in $2 s"
+	((b > a))
+}
+
+in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }
+not_live() { [ "$(ctrl_state "$1")" != live ]; }
+
+# lose NAME CTRL PATH OTHER_PATH DOWN_CMD UP_CMD: one port away and back with I/O running.
+lose() {
+	local name=$1 ctrl=$2 path=$3 other=$4 down=$5 up=$6 t
+	eval "$down" || { ktap_fail "$name: port removed, I/O goes on" "'$down' failed"; return; }
+	if wait_for 30 not_live "$ctrl"; then
+		ktap_diag "$ctrl: $(ctrl_state "$ctrl") after its port went away"
+		ktap_check "$name: port removed, $ctrl leaves live, I/O goes on over $other" moved "$other" 3
+	else
+		ktap_fail "$name: port removed, $ctrl leaves live, I/O goes on over $other" "$ctrl stayed live"
+	fi
+	eval "$up" || { ktap_fail "$name: port back, $ctrl live and carrying I/O" "'$up' failed"; return; }
+	t=$SECONDS
+	if wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live; then
+		ktap_diag "$ctrl: live again $((SECONDS - t)) s after its port came back"
+		ktap_check "$name: port back, $ctrl live and carrying I/O" moved "$path" 3
+	else
+		ktap_fail "$name: port back, $ctrl live and carrying I/O" "state $(ctrl_state "$ctrl")"
+	fi
+}
+
+ktap_header
+ktap_plan 9
+
+rxe_setup && target_setup && target_ipv6_setup && host_load || {
+	ktap_diag "set-up failed"
+	leftovers | ktap_diag
+	exit 1
+}
+# (nvme_core is loaded now, with the fabrics core.)
+if [ "$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)" != Y ]; then
+	for ((i = 0; i < 9; i++)); do
+		ktap_skip "multipath case $((i + 1))" "no native NVMe multipath in this kernel (CONFIG_NVME_MULTIPATH)"
+	done
+	ktap_finish
+fi
+dmesg_mark
+baseline=$(rdma_counts)
+
+# --- two paths -----------------------------------------------------------------------------------
+for a in "$TARGET_ADDR" "$TARGET_ADDR6"; do
+	out=$(timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$a" -s "$TARGET_PORT" -n "$NQN_NULL" \
+		--reconnect-delay=1 --ctrl-loss-tmo=120 2>&1) || ktap_diag "connect to $a: $out"
+done
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL"
+head=$(nvme_dev_for_nqn "$NQN_NULL")
+head=${head#/dev/}
+ctrl4= ctrl6=
+for c in /sys/class/nvme/nvme*; do
+	[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN_NULL" ] || continue
+	case "$(cat "$c/address")" in
+	"traddr=$TARGET_ADDR,"*) ctrl4=${c##*/} ;;
+	"traddr=$TARGET_ADDR6,"*) ctrl6=${c##*/} ;;
+	esac
+done
+path4=$(path_of "$ctrl4") path6=$(path_of "$ctrl6")
+ktap_diag "head $head: $ctrl4 (IPv4) path $path4, $ctrl6 (IPv6) path $path6"
+# Paths of head nvmeSnN are nvmeScCnN, C the controller's instance.
+on_head() { [[ $1 =~ ^${head%n*}c[0-9]+n${head##*n}$ ]]; }
+ktap_check "two controllers, one namespace head with a path through each" \
+	eval 'test -b "/dev/$head" && on_head "$path4" && on_head "$path6" && [ "$path4" != "$path6" ]'
+
+subsys=$(basename "$(readlink -f "/sys/block/$head/device")")
+echo round-robin >"/sys/class/nvme-subsystem/$subsys/iopolicy" 2>/dev/null
+ktap_diag "$subsys iopolicy: $(cat "/sys/class/nvme-subsystem/$subsys/iopolicy" 2>/dev/null)"
+
+# --- I/O over both paths, each port lost and back in turn ------------------------------------
+fio_start "/dev/$head"
+sleep 2
+ktap_check "round-robin I/O over both paths" eval "moved $path4 2 && moved $path6 2"
+
+lose "port 1 (IPv4)" "$ctrl4" "$path4" "$path6" target_port_disable target_port_enable
+lose "port 2 (IPv6)" "$ctrl6" "$path6" "$path4" \
+	'rm -f "$NVMET_CFS"/ports/2/subsystems/*' \
+	'ln -s "$NVMET_CFS/subsystems/$NQN_NULL" "$NVMET_CFS/ports/2/subsystems/$NQN_NULL"'
+
+fio_stop && ktap_ok "fio verify on the head saw no error" || ktap_fail "fio verify on the head saw no error"
+
+# --- teardown -----------------------------------------------------------------------------------
+host_disconnect_all
+after=$(rdma_counts)
+ktap_diag "RDMA resources after disconnect: $(tr '\n' ' ' <<<"$after")"
+ktap_check "both paths disconnected, no RDMA resources left" test "$after" = "$baseline"
+ktap_check "kernel log clean" dmesg_check_clean
+ktap_finish
