@@ -6,7 +6,7 @@
 # Data moved through the rsrdma transport: fio with crc32c verification over random reads and
 # writes from 512 bytes to 4 MiB and mixed sizes, on both I/O queues and several queue depths,
 # with more large I/O in flight than the pool's large area holds; an ext4 file round trip through
-# the page cache; a file-backed namespace.
+# the page cache; a file-backed namespace; a disconnect with I/O in flight.
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
@@ -36,7 +36,7 @@ queues_used() { # DEV
 }
 
 ktap_header
-ktap_plan 16
+ktap_plan 17
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -44,6 +44,7 @@ rxe_setup && target_setup && host_load || {
 	exit 1
 }
 dmesg_mark
+baseline=$(rdma_counts)
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
@@ -165,6 +166,38 @@ else
 	ktap_fail "write and poll queues: polled I/O verifies"
 fi
 host_disconnect_all
+
+# --- disconnect with I/O in flight ------------------------------------------------------------
+# Deleting a controller under load cancels its commands in flight: the application gets errors
+# instead of hanging, the disconnect returns, and the controller's RDMA resources are released.
+no_fabrics_io() { ! kill -0 "$busy" 2>/dev/null; }
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+(cd /tmp && exec fio --name=busy --filename="$dev" --direct=1 --ioengine=io_uring --rw=randrw \
+	--bs=64k --iodepth=32 "${SPLIT[@]}" --time_based --runtime=120 --group_reporting) \
+	>/tmp/rsrdma-busy.out 2>&1 &
+busy=$!
+sleep 3
+start=$SECONDS
+out=$(timeout 60 nvme disconnect -n "$NQN_NULL" 2>&1)
+rc=$?
+secs=$((SECONDS - start))
+wait_for 30 no_fabrics_io
+ended=$?
+wait "$busy" 2>/dev/null
+fio_rc=$?
+after=$(rdma_counts)
+ktap_diag "disconnect: status $rc after $secs s ($out); fio ended: $((!ended)), status $fio_rc," \
+	"$(grep -cE 'error|err=' /tmp/rsrdma-busy.out) error lines; RDMA resources $(tr '\n' ' ' <<<"$after")"
+if ((rc == 0 && ended == 0 && fio_rc != 0)) && [ -z "$(ctrl_for "$NQN_NULL")" ] && [ "$after" = "$baseline" ]; then
+	ktap_ok "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
+else
+	ktap_fail "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
+	tail -n 20 /tmp/rsrdma-busy.out | ktap_diag
+fi
+kill -9 "$busy" 2>/dev/null
+rm -f /tmp/rsrdma-busy.out
 
 ktap_check "kernel log clean" dmesg_check_clean
 ktap_finish
