@@ -72,8 +72,6 @@ pub(crate) struct RdmaCtrl {
     #[pin]
     pool: Pool,
     addr: bindings::__kernel_sockaddr_storage,
-    /// `addr` as the log shows it.
-    endpoint: Endpoint,
     src_addr: Option<bindings::__kernel_sockaddr_storage>,
     io_queues: [AtomicU32; HCTX_MAX_TYPES],
     /// Turn of the next spread command (see `mq::spread`).
@@ -424,7 +422,6 @@ impl RdmaCtrl {
                 conn: ConnCell::new(),
                 pool <- pool,
                 addr,
-                endpoint,
                 src_addr,
                 io_queues: Default::default(),
                 spread_next: AtomicU32::new(0),
@@ -474,7 +471,7 @@ impl RdmaCtrl {
             n.as_ptr(),
             "new ctrl: NQN \"{}\", addr {}, hostnqn: {}, {} I/O queues of depth {}, pool {} KiB",
             n.subsysnqn(),
-            ctrl.endpoint,
+            endpoint,
             opts.hostnqn().unwrap_or(c_str!("")),
             n.queue_count() - 1,
             u32::from(n.sqsize()) + 1,
