@@ -170,7 +170,7 @@ host_disconnect_all
 # --- disconnect with I/O in flight ------------------------------------------------------------
 # Deleting a controller under load cancels its commands in flight: the application gets errors
 # instead of hanging, the disconnect returns, and the controller's RDMA resources are released.
-no_fabrics_io() { ! kill -0 "$busy" 2>/dev/null; }
+fio_ended() { ! kill -0 "$busy" 2>/dev/null; }
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
@@ -183,7 +183,7 @@ start=$SECONDS
 out=$(timeout 60 nvme disconnect -n "$NQN_NULL" 2>&1)
 rc=$?
 secs=$((SECONDS - start))
-wait_for 30 no_fabrics_io
+wait_for 30 fio_ended
 ended=$?
 wait "$busy" 2>/dev/null
 fio_rc=$?

@@ -32,7 +32,6 @@ trap 'exit 143' TERM INT
 
 
 # in_state CTRL STATE: whether CTRL is in STATE now (for wait_for, which re-runs it).
-in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }
 probed_after() { [ -n "$(probe_first_after "$1")" ]; }
 
 # recovered CTRL T: wait until CTRL is live and the probe completed a read after time T; print

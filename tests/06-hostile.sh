@@ -62,7 +62,6 @@ hdev() {
 	echo "$dev"
 }
 
-in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }
 
 # The host transport's QPs, MRs, PDs and CM ids, as the RDMA core lists them ("type count").
 _rdma_resources() {

@@ -43,7 +43,6 @@ auth_connect() {
 }
 
 no_ctrl() { [ -z "$(ctrl_for "$NQN_AUTH")" ]; }
-in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }
 
 # authenticated MARK: the number of admin queue authentications the core logged since MARK.
 authenticated() { dmesg_after "$1" | grep -c 'qid 0: authenticated with hash hmac(sha256) dhgroup ffdhe2048'; }
@@ -138,8 +137,8 @@ reset_ctrl() {
 	[ -n "$(ctrl_for "$NQN_AUTH")" ]
 }
 port_cycle() {
-	target_port_disable && wait_for 30 eval '! in_state "$c" live' && target_port_enable &&
-		ln -s "$NVMET_CFS/subsystems/$NQN_AUTH" "$NVMET_CFS/ports/1/subsystems/$NQN_AUTH"
+	target_port_disable && wait_for 30 not_live "$c" &&
+		target_port_enable 1 "$NQN_AUTH" "$NQN_NULL" "$NQN_FILE" "$NQN_NULL2"
 }
 again_after "nvme reset: authenticated again, verified I/O" reset_ctrl
 again_after "target port lost and back: reconnect authenticated again, verified I/O" port_cycle

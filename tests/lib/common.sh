@@ -781,18 +781,29 @@ fabrics_connect() {
 
 # ctrl_state CTRL: the controller's state (live, connecting, resetting...), or "gone".
 ctrl_state() { cat "/sys/class/nvme/$1/state" 2>/dev/null || echo gone; }
+# in_state CTRL STATE, not_live CTRL: for wait_for, which re-runs them.
+in_state() { [ "$(ctrl_state "$1")" = "$2" ]; }
+not_live() { ! in_state "$1" live; }
 
-# Port 1 without (disable) and with (enable) its subsystems: unlinking the last one disables
-# the port, so nvmet-rdma stops listening and drops its connections.
+# target_port_disable [PORT]: nvmet port PORT (1 by default) without its subsystems. Unlinking
+# the last one disables the port, so nvmet-rdma stops listening and drops its connections.
 target_port_disable() {
-	rm -f "$NVMET_CFS"/ports/1/subsystems/*
+	rm -f "$NVMET_CFS/ports/${1:-1}"/subsystems/*
 }
 
+# target_port_enable [PORT [NQN...]]: link the subsystems back, in the order given (by default
+# port 1's three of target_setup, port 2's and 3's $NQN_NULL). The first link enables the port,
+# and a host reconnecting before its subsystem is linked is refused for good (invalid subsystem,
+# DNR): give the one a controller waits for first.
 target_port_enable() {
-	local nqn
-	for nqn in "$NQN_NULL" "$NQN_FILE" "$NQN_NULL2"; do
-		[ -e "$NVMET_CFS/ports/1/subsystems/$nqn" ] ||
-			ln -s "$NVMET_CFS/subsystems/$nqn" "$NVMET_CFS/ports/1/subsystems/$nqn" || return 1
+	local port=${1:-1} nqn
+	shift $(($# > 0))
+	if (($# == 0)); then
+		if ((port == 1)); then set -- "$NQN_NULL" "$NQN_FILE" "$NQN_NULL2"; else set -- "$NQN_NULL"; fi
+	fi
+	for nqn; do
+		[ -e "$NVMET_CFS/ports/$port/subsystems/$nqn" ] ||
+			ln -s "$NVMET_CFS/subsystems/$nqn" "$NVMET_CFS/ports/$port/subsystems/$nqn" || return 1
 	done
 }
 
