@@ -181,6 +181,15 @@ impl RdmaCtrl {
         self.tag_set.get()
     }
 
+    /// The tag set of queue `qid`'s requests.
+    pub(crate) fn tag_set_of(&self, qid: u16) -> *mut bindings::blk_mq_tag_set {
+        if qid == 0 {
+            self.admin_tag_set.get()
+        } else {
+            self.tag_set.get()
+        }
+    }
+
     /// The blk-mq tags of queue `qid`.
     pub(crate) fn tags(&self, qid: u16) -> *mut bindings::blk_mq_tags {
         // SAFETY: the tag sets are allocated before any queue carries commands and freed after
@@ -700,6 +709,7 @@ impl RdmaCtrl {
     /// Sends the Fabrics Connect of queue `qid` and marks it live.
     fn start_queue(&self, qid: u16) -> Result<(), Failure> {
         let queue = self.queue(qid);
+        queue.set_started();
         let res = self.nvme().connect_queue(qid);
         match res {
             Ok(()) => queue.set_live(),

@@ -475,7 +475,12 @@ unsafe extern "C" fn queue_rq(
         return unsafe { bindings::nvme_fail_nonready_command(nvme, rq) };
     }
     // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request.
-    let Some(conn) = (unsafe { queue.conn() }) else {
+    let conn = unsafe { queue.conn() };
+    // While the controller is connecting, the core lets Connect and authentication commands
+    // through on a queue that is not live; one whose connection is gone (stopped) cannot
+    // carry them, and failing them now spares the core's retries a wait for their timeouts.
+    let gone = !queue.is_established() && ctrl.nvme().state() != State::Live;
+    let Some(conn) = conn.filter(|_| !gone) else {
         // SAFETY: as above.
         return unsafe { bindings::nvme_host_path_error(rq) };
     };
@@ -575,14 +580,20 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     let sent_on = ctrl
         .try_queue(req.sent_on.load(Ordering::Relaxed))
         .filter(|q| q.qid() != queue.qid());
+    let lost = sent_on.unwrap_or(queue).lost_while_connecting();
     log_warn!(
         ctrl.nvme().as_ptr(),
-        "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} timeout{}",
+        "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} {}{}",
         tag,
         cid,
         capsule::opcode(&sqe),
         capsule::command_name(queue.qid() == 0, &sqe),
         queue.qid(),
+        if lost {
+            "aborted: connection lost"
+        } else {
+            "timeout"
+        },
         SentOn(sent_on.map(Queue::qid))
     );
 
@@ -600,6 +611,48 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     }
     ctrl.error_recovery(format_args!("command timeout on queue {}", queue.qid()));
     bindings::blk_eh_timer_return_BLK_EH_RESET_TIMER
+}
+
+/// Walk of a tag set for [`abort_sent_on`].
+struct AbortScan {
+    qid: u16,
+    count: u32,
+}
+
+/// Per-request callback of `blk_mq_tagset_busy_iter` for [`abort_sent_on`].
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
+unsafe extern "C" fn abort_if_sent_on(rq: *mut bindings::request, data: *mut c_void) -> bool {
+    // SAFETY: `data` is the `AbortScan` of `abort_sent_on`, alive during the walk; `rq` is a
+    // started request of one of our tag sets, held by the walk for the call.
+    let (scan, req) = unsafe { (&mut *(data as *mut AbortScan), Request::from_rq(rq)) };
+    if req.sent_on.load(Ordering::Relaxed) == scan.qid {
+        // SAFETY: as above; this only moves the request's deadline and kicks the timeout work.
+        unsafe { bindings::blk_abort_request(rq) };
+        scan.count += 1;
+    }
+    true
+}
+
+/// Has the timeout handler run now for every started request whose command went out on queue
+/// `qid`; returns how many there were.
+///
+/// # Safety
+///
+/// The tag set of queue `qid` is allocated and stays so during the call.
+pub(crate) unsafe fn abort_sent_on(ctrl: &RdmaCtrl, qid: u16) -> u32 {
+    let mut scan = AbortScan { qid, count: 0 };
+    // SAFETY: an allocated tag set of ours (per the contract); `scan` outlives the walk.
+    unsafe {
+        bindings::blk_mq_tagset_busy_iter(
+            ctrl.tag_set_of(qid),
+            Some(abort_if_sent_on),
+            &mut scan as *mut AbortScan as *mut c_void,
+        )
+    };
+    scan.count
 }
 
 /// " (sent on QID n)" for a command sent on another queue than its own, else nothing.

@@ -11,6 +11,7 @@ use crate::bindings;
 use crate::ctrl::RdmaCtrl;
 use crate::errno;
 use crate::glue::{dbg_event, log_err, log_info};
+use crate::nvme::State;
 use crate::pool::PoolReg;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
 use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
@@ -43,6 +44,11 @@ const SIGNAL_EVERY: u32 = 16;
 const ALLOCATED: u32 = 1 << 0;
 const LIVE: u32 = 1 << 1;
 const ESTABLISHED: u32 = 1 << 2;
+/// The fabrics Connect was sent: commands may be in flight and the queue's tag set exists.
+const STARTED: u32 = 1 << 3;
+/// The connection was lost while the controller was connecting and the commands in flight
+/// were aborted (see `Queue::abort_in_flight`).
+const LOST: u32 = 1 << 4;
 
 /// A command and response ring buffer: zeroed memory, DMA-mapped per connection.
 struct RingBuf {
@@ -243,6 +249,21 @@ impl Queue {
 
     pub(crate) fn set_live(&self) {
         self.flags.fetch_or(LIVE, Ordering::Release);
+    }
+
+    pub(crate) fn is_established(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & ESTABLISHED != 0
+    }
+
+    /// Marks the queue as about to send its fabrics Connect.
+    pub(crate) fn set_started(&self) {
+        self.flags.fetch_or(STARTED, Ordering::Release);
+    }
+
+    /// Whether the queue's commands in flight were aborted because its connection was lost
+    /// while the controller was connecting.
+    pub(crate) fn lost_while_connecting(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & LOST != 0
     }
 
     pub(crate) fn is_allocated(&self) -> bool {
@@ -545,7 +566,7 @@ impl Queue {
         let _guard = self.stop_lock.lock();
         let was = self
             .flags
-            .fetch_and(!(LIVE | ESTABLISHED), Ordering::AcqRel);
+            .fetch_and(!(LIVE | ESTABLISHED | STARTED), Ordering::AcqRel);
         if was & (LIVE | ESTABLISHED) != 0 {
             // SAFETY: allocated queues have a connection, which only `free` removes, and `free`
             // is not concurrent with `stop` (both run from the controller's work items, or
@@ -559,6 +580,33 @@ impl Queue {
                 conn.qp.drain();
             }
         }
+    }
+
+    /// Aborts the commands in flight on this queue after its connection was lost while the
+    /// controller is connecting. Error recovery does not run in that state, and the set-up
+    /// sequence waits for these commands (Connect, authentication, the first admin commands):
+    /// left alone they would wait out their timeouts although no response can come, and the
+    /// core sends authentication commands again. The timeout handler, run now for each of them
+    /// (`blk_abort_request`), stops the queue and completes them.
+    fn abort_in_flight(&self, why: &CStr) {
+        if self.ctrl().nvme().state() != State::Connecting {
+            return;
+        }
+        let _guard = self.stop_lock.lock();
+        if self.flags.load(Ordering::Acquire) & STARTED == 0 {
+            return;
+        }
+        self.flags.fetch_or(LOST, Ordering::AcqRel);
+        // SAFETY: STARTED is set only after the queue's tag set was allocated, and `stop`
+        // clears it under this lock, which the teardown calls before removing a tag set.
+        let n = unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) };
+        log_info!(
+            self.nvme(),
+            "queue {}: {} while connecting: aborting {} command(s) in flight",
+            self.qid,
+            why,
+            n
+        );
     }
 
     /// Releases the connection's resources. While the port is down the CM id is parked (see
@@ -781,7 +829,7 @@ impl Queue {
     /// Logs a failed work request and starts error recovery.
     fn wr_error(&self, wc: &bindings::ib_wc, op: &str) {
         let ctrl = self.ctrl();
-        if ctrl.nvme().state() == crate::nvme::State::Live {
+        if ctrl.nvme().state() == State::Live {
             log_info!(
                 self.nvme(),
                 "queue {}: {} failed with status {} ({})",
@@ -876,12 +924,13 @@ unsafe extern "C" fn cm_handler(
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => {
-            if queue.flags.load(Ordering::Acquire) & ESTABLISHED != 0 {
+            if queue.is_established() {
                 queue.ctrl().error_recovery(format_args!(
                     "queue {}: {}",
                     queue.qid,
                     rdma::cm_event_msg(event)
                 ));
+                queue.abort_in_flight(rdma::cm_event_msg(event));
             }
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }

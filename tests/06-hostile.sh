@@ -147,14 +147,20 @@ REJECT_MSG=("" "invalid private data length" "invalid record format" "invalid qu
 # connect_fails NAME MODE DMESG_REGEX [TARGET ARGS...]: a misbehaviour on the first connect:
 # nvme connect fails cleanly after one attempt, naming the fault; then connecting works.
 connect_fails() {
-	local name=$1 mode=$2 re=$3 out rc
+	local name=$1 mode=$2 re=$3 out rc t
 	shift 3
 	case_begin
 	if hostile_start --mode "$mode" "$@"; then
+		t=$SECONDS
 		out=$(hconnect)
 		rc=$?
-		ktap_diag "nvme connect: status $rc: $out"
+		t=$((SECONDS - t))
+		ktap_diag "nvme connect: status $rc after $t s: $out"
 		expect "nvme connect fails" test "$rc" != 0
+		if [ -n "${CONNECT_MAX_S:-}" ]; then
+			expect "nvme connect fails within $CONNECT_MAX_S s, not at the command timeout ($t s)" \
+				test "$t" -le "$CONNECT_MAX_S"
+		fi
 		expect "no controller is left behind" wait_for 30 _no_hctrl
 		expect "the target misbehaved ($mode)" hostile_wait 5 "^hostile $mode:"
 		expect "dmesg names the fault (/$re/)" dmesg_has "$re"
@@ -234,7 +240,7 @@ reconnect_fault() {
 }
 
 ktap_header
-ktap_plan 39
+ktap_plan 42
 
 rxe_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -301,6 +307,15 @@ echo 5 >"$NVME_CORE/admin_timeout"
 connect_fails "connect-hang: the Connect times out, connect fails cleanly" connect-hang \
 	"opcode 0x7f \(connect\) QID 0 timeout"
 echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout"
+# The target closes the connection instead of answering the Connect: the host aborts the
+# command as soon as the CM reports the disconnect, rather than at its timeout (60 s for the
+# admin queue, 30 s for I/O queues).
+CONNECT_MAX_S=15
+connect_fails "connect-drop: connection closed before the Connect response, connect fails at once" \
+	connect-drop "queue 0: disconnected while connecting: aborting 1 command"
+connect_fails "connect-drop@io: an I/O queue's connection closed the same way, connect fails at once" \
+	connect-drop@io "queue [1-9][0-9]*: disconnected while connecting: aborting 1 command"
+unset CONNECT_MAX_S
 connect_fails "connect-error: Connect status 'controller busy', connect fails cleanly" connect-error \
 	"Connect command failed: controller is busy"
 connect_fails "connect-error-dnr: Connect status with DNR, connect fails cleanly" connect-error-dnr \
@@ -313,6 +328,8 @@ echo 5 >"$NVME_CORE/admin_timeout"
 reconnect_fault "reconnect, connect-hang: the attempt times out, the next one works" connect-hang 0 \
 	"opcode 0x7f \(connect\) QID 0 timeout"
 echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout"
+reconnect_fault "reconnect, connect-drop: the Connect is aborted, the next attempt works" connect-drop 0 \
+	"queue 0: disconnected while connecting: aborting 1 command"
 reconnect_fault "reconnect, connect-error without DNR: retried, controller back" connect-error 0 \
 	"Connect command failed: controller is busy"
 reconnect_fault "reconnect, connect-error with DNR: no retry, controller deleted" connect-error-dnr 1 \

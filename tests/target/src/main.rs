@@ -49,6 +49,8 @@ Modes:
   reject:N[@io]            reject the CM connect of the admin (or first I/O) queue with
                            NVMe/RDMA reject status N (1..9)
   connect-hang[@io]        accept, then never answer the Fabrics Connect
+  connect-drop[@io]        accept, then close the connection instead of answering the
+                           Fabrics Connect
   connect-error[@io]       fail the Connect with 'controller busy' (0x181), without DNR
   connect-error-dnr[@io]   the same with DNR set
   bad-cid                  answer an I/O command with a wrong command_id (generation bits)

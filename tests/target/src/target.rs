@@ -28,6 +28,7 @@ pub enum Mode {
     Polite,
     Reject { sts: u16, io: bool },
     ConnectHang { io: bool },
+    ConnectDrop { io: bool },
     ConnectError { dnr: bool, io: bool },
     BadCid,
     DupCqe,
@@ -57,6 +58,7 @@ impl Mode {
                 io,
             },
             ("connect-hang", None) => Mode::ConnectHang { io },
+            ("connect-drop", None) => Mode::ConnectDrop { io },
             ("connect-error", None) => Mode::ConnectError { dnr: false, io },
             ("connect-error-dnr", None) => Mode::ConnectError { dnr: true, io },
             ("bad-cid", None) => Mode::BadCid,
@@ -75,7 +77,10 @@ impl Mode {
         };
         let connect_mode = matches!(
             m,
-            Mode::Reject { .. } | Mode::ConnectHang { .. } | Mode::ConnectError { .. }
+            Mode::Reject { .. }
+                | Mode::ConnectHang { .. }
+                | Mode::ConnectDrop { .. }
+                | Mode::ConnectError { .. }
         );
         if io && !connect_mode {
             return None;
@@ -86,7 +91,10 @@ impl Mode {
     fn is_connect_mode(&self) -> bool {
         matches!(
             self,
-            Mode::Reject { .. } | Mode::ConnectHang { .. } | Mode::ConnectError { .. }
+            Mode::Reject { .. }
+                | Mode::ConnectHang { .. }
+                | Mode::ConnectDrop { .. }
+                | Mode::ConnectError { .. }
         )
     }
 
@@ -97,6 +105,7 @@ impl Mode {
             Mode::Polite => "polite".into(),
             Mode::Reject { sts, io } => format!("reject:{sts}{}", at(io)),
             Mode::ConnectHang { io } => format!("connect-hang{}", at(io)),
+            Mode::ConnectDrop { io } => format!("connect-drop{}", at(io)),
             Mode::ConnectError { dnr: false, io } => format!("connect-error{}", at(io)),
             Mode::ConnectError { dnr: true, io } => format!("connect-error-dnr{}", at(io)),
             Mode::BadCid => "bad-cid".into(),
@@ -1208,6 +1217,16 @@ impl Target {
                         "hostile {}: never answering the Connect of qid {qid} (cid {cid:#x})",
                         self.hostile.mode.name()
                     );
+                    return;
+                }
+                Mode::ConnectDrop { io } if io == (qid != 0) => {
+                    self.hostile.done = true;
+                    q.cmds.get_mut(&cid).unwrap().held = true;
+                    say!(
+                        "hostile {}: closing the connection of qid {qid} without answering its Connect (cid {cid:#x})",
+                        self.hostile.mode.name()
+                    );
+                    q.close("dropped before the Connect response");
                     return;
                 }
                 Mode::ConnectError { dnr, io } if io == (qid != 0) => {
