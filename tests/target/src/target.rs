@@ -1210,23 +1210,16 @@ impl Target {
         }
         if self.connect_mode_active() {
             match self.hostile.mode {
-                Mode::ConnectHang { io } if io == (qid != 0) => {
+                Mode::ConnectHang { io } | Mode::ConnectDrop { io } if io == (qid != 0) => {
                     self.hostile.done = true;
                     q.cmds.get_mut(&cid).unwrap().held = true;
-                    say!(
-                        "hostile {}: never answering the Connect of qid {qid} (cid {cid:#x})",
-                        self.hostile.mode.name()
-                    );
-                    return;
-                }
-                Mode::ConnectDrop { io } if io == (qid != 0) => {
-                    self.hostile.done = true;
-                    q.cmds.get_mut(&cid).unwrap().held = true;
-                    say!(
-                        "hostile {}: closing the connection of qid {qid} without answering its Connect (cid {cid:#x})",
-                        self.hostile.mode.name()
-                    );
-                    q.close("dropped before the Connect response");
+                    let name = self.hostile.mode.name();
+                    if let Mode::ConnectDrop { .. } = self.hostile.mode {
+                        say!("hostile {name}: closing the connection of qid {qid} without answering its Connect (cid {cid:#x})");
+                        q.close("dropped before the Connect response");
+                    } else {
+                        say!("hostile {name}: never answering the Connect of qid {qid} (cid {cid:#x})");
+                    }
                     return;
                 }
                 Mode::ConnectError { dnr, io } if io == (qid != 0) => {
