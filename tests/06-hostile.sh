@@ -308,8 +308,8 @@ connect_fails "connect-hang: the Connect times out, connect fails cleanly" conne
 	"opcode 0x7f \(connect\) QID 0 timeout"
 echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout"
 # The target closes the connection instead of answering the Connect: the host aborts the
-# command as soon as the CM reports the disconnect, rather than at its timeout (60 s for the
-# admin queue, 30 s for I/O queues).
+# command as soon as the CM reports the disconnect, rather than at its timeout (the admin
+# timeout, 60 s, for the Connect of any queue; the C nvme-rdma waits for it).
 CONNECT_MAX_S=15
 connect_fails "connect-drop: connection closed before the Connect response, connect fails at once" \
 	connect-drop "queue 0: disconnected while connecting: aborting 1 command"
