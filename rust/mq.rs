@@ -477,9 +477,10 @@ unsafe extern "C" fn queue_rq(
     // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request.
     let conn = unsafe { queue.conn() };
     // While the controller is connecting, the core lets Connect and authentication commands
-    // through on a queue that is not live; one whose connection is gone (stopped) cannot
-    // carry them, and failing them now spares the core's retries a wait for their timeouts.
-    let gone = !queue.is_established() && ctrl.nvme().state() != State::Live;
+    // through on a queue that is not live; one whose connection is gone (stopped or reported
+    // lost) cannot carry them, and failing them now spares the core's retries a wait for their
+    // timeouts.
+    let gone = !queue.connected() && ctrl.nvme().state() != State::Live;
     let Some(conn) = conn.filter(|_| !gone) else {
         // SAFETY: as above.
         return unsafe { bindings::nvme_host_path_error(rq) };
@@ -580,7 +581,7 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     let sent_on = ctrl
         .try_queue(req.sent_on.load(Ordering::Relaxed))
         .filter(|q| q.qid() != queue.qid());
-    let lost = sent_on.unwrap_or(queue).lost_while_connecting();
+    let lost = sent_on.unwrap_or(queue).lost();
     log_warn!(
         ctrl.nvme().as_ptr(),
         "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} {}{}",

@@ -46,8 +46,8 @@ const LIVE: u32 = 1 << 1;
 const ESTABLISHED: u32 = 1 << 2;
 /// The fabrics Connect was sent: commands may be in flight and the queue's tag set exists.
 const STARTED: u32 = 1 << 3;
-/// The connection was lost while the controller was connecting and the commands in flight
-/// were aborted (see `Queue::abort_in_flight`).
+/// The connection was lost while the controller was connecting (see
+/// `Queue::lost_while_connecting`).
 const LOST: u32 = 1 << 4;
 
 /// A command and response ring buffer: zeroed memory, DMA-mapped per connection.
@@ -260,10 +260,16 @@ impl Queue {
         self.flags.fetch_or(STARTED, Ordering::Release);
     }
 
-    /// Whether the queue's commands in flight were aborted because its connection was lost
-    /// while the controller was connecting.
-    pub(crate) fn lost_while_connecting(&self) -> bool {
+    /// Whether the queue's connection was lost while the controller was connecting (see
+    /// [`Queue::lost_while_connecting`]).
+    pub(crate) fn lost(&self) -> bool {
         self.flags.load(Ordering::Acquire) & LOST != 0
+    }
+
+    /// Whether the queue's connection can carry commands: established, not stopped, and not
+    /// reported lost.
+    pub(crate) fn connected(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & (ESTABLISHED | LOST) == ESTABLISHED
     }
 
     pub(crate) fn is_allocated(&self) -> bool {
@@ -582,24 +588,30 @@ impl Queue {
         }
     }
 
-    /// Aborts the commands in flight on this queue after its connection was lost while the
-    /// controller is connecting. Error recovery does not run in that state, and the set-up
-    /// sequence waits for these commands (Connect, authentication, the first admin commands):
-    /// left alone they would wait out their timeouts although no response can come, and the
-    /// core sends authentication commands again. The timeout handler, run now for each of them
-    /// (`blk_abort_request`), stops the queue and completes them.
-    fn abort_in_flight(&self, why: &CStr) {
+    /// Handles the loss of this queue's connection while the controller is connecting. Error
+    /// recovery does not run in that state, and the set-up sequence waits for the commands in
+    /// flight (Connect, authentication, the first admin commands): left alone they would wait
+    /// out their timeouts although no response can come, and the core sends authentication
+    /// commands again. So the queue stops carrying commands (see [`Queue::connected`]) and the
+    /// timeout handler, run now for each command in flight (`blk_abort_request`), stops the
+    /// queue and completes them.
+    fn lost_while_connecting(&self, why: &CStr) {
         if self.ctrl().nvme().state() != State::Connecting {
             return;
         }
         let _guard = self.stop_lock.lock();
-        if self.flags.load(Ordering::Acquire) & STARTED == 0 {
+        let was = self.flags.fetch_or(LOST, Ordering::AcqRel);
+        if was & LOST != 0 {
+            // Already handled (DISCONNECTED, then TIMEWAIT_EXIT).
             return;
         }
-        self.flags.fetch_or(LOST, Ordering::AcqRel);
-        // SAFETY: STARTED is set only after the queue's tag set was allocated, and `stop`
-        // clears it under this lock, which the teardown calls before removing a tag set.
-        let n = unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) };
+        let n = if was & STARTED != 0 {
+            // SAFETY: STARTED is set only after the queue's tag set was allocated, and `stop`
+            // clears it under this lock, which the teardown calls before removing a tag set.
+            unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) }
+        } else {
+            0
+        };
         log_info!(
             self.nvme(),
             "queue {}: {} while connecting: aborting {} command(s) in flight",
@@ -930,7 +942,7 @@ unsafe extern "C" fn cm_handler(
                     queue.qid,
                     rdma::cm_event_msg(event)
                 ));
-                queue.abort_in_flight(rdma::cm_event_msg(event));
+                queue.lost_while_connecting(rdma::cm_event_msg(event));
             }
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }
