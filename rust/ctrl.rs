@@ -192,15 +192,10 @@ impl RdmaCtrl {
 
     /// The blk-mq tags of queue `qid`.
     pub(crate) fn tags(&self, qid: u16) -> *mut bindings::blk_mq_tags {
+        let set = self.tag_set_of(qid);
         // SAFETY: the tag sets are allocated before any queue carries commands and freed after
         // the last one stopped; `tags` has one entry per hardware queue.
-        unsafe {
-            if qid == 0 {
-                *(*self.admin_tag_set.get()).tags
-            } else {
-                *(*self.tag_set.get()).tags.add(qid as usize - 1)
-            }
-        }
+        unsafe { *(*set).tags.add(qid.saturating_sub(1) as usize) }
     }
 
     pub(crate) fn io_queues(&self) -> [u32; HCTX_MAX_TYPES] {

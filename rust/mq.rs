@@ -475,15 +475,14 @@ unsafe extern "C" fn queue_rq(
         return unsafe { bindings::nvme_fail_nonready_command(nvme, rq) };
     }
     // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request.
-    let conn = unsafe { queue.conn() };
-    // While the controller is connecting, the core lets Connect and authentication commands
-    // through on a queue that is not live; one whose connection is gone (stopped or reported
-    // lost) cannot carry them, and failing them now spares the core's retries a wait for their
-    // timeouts.
-    let gone = !queue.connected() && ctrl.nvme().state() != State::Live;
-    let Some(conn) = conn.filter(|_| !gone) else {
+    let conn = match unsafe { queue.conn() } {
+        // While the controller is connecting, the core lets Connect and authentication
+        // commands through on a queue that is not live; one whose connection is gone (stopped
+        // or reported lost) cannot carry them, and failing them now spares the core's retries
+        // a wait for their timeouts.
+        Some(conn) if queue.connected() || ctrl.nvme().state() == State::Live => conn,
         // SAFETY: as above.
-        return unsafe { bindings::nvme_host_path_error(rq) };
+        _ => return unsafe { bindings::nvme_host_path_error(rq) },
     };
     // SAFETY: as above; `ns` is null for the admin queues, as the core expects.
     let ret = unsafe { bindings::nvme_setup_cmd(ns, rq) };

@@ -31,7 +31,6 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 
-# in_state CTRL STATE: whether CTRL is in STATE now (for wait_for, which re-runs it).
 probed_after() { [ -n "$(probe_first_after "$1")" ]; }
 
 # recovered CTRL T: wait until CTRL is live and the probe completed a read after time T; print

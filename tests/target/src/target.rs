@@ -75,14 +75,7 @@ impl Mode {
             ("stale-rkey", None) => Mode::StaleRkey,
             _ => return None,
         };
-        let connect_mode = matches!(
-            m,
-            Mode::Reject { .. }
-                | Mode::ConnectHang { .. }
-                | Mode::ConnectDrop { .. }
-                | Mode::ConnectError { .. }
-        );
-        if io && !connect_mode {
+        if io && !m.is_connect_mode() {
             return None;
         }
         Some(m)
