@@ -66,6 +66,10 @@ pub(crate) struct RdmaCtrl {
     err_work: Opaque<bindings::work_struct>,
     #[pin]
     reconnect_work: Opaque<bindings::delayed_work>,
+    /// Aborts the commands in flight on queues that failed while connecting (see
+    /// `Queue::failed_while_connecting`).
+    #[pin]
+    abort_work: Opaque<bindings::work_struct>,
     /// Queue 0 is the admin queue. Dropped before `conn` and `pool`.
     queues: KVec<Pin<KBox<Queue>>>,
     conn: ConnCell<CtrlConn>,
@@ -415,6 +419,11 @@ impl RdmaCtrl {
                     bindings::rsrdma_init_delayed_work(w, Some(reconnect_work),
                         bindings::rsrdma_work_class_RSRDMA_WORK_RECONNECT)
                 }),
+                // SAFETY: as above.
+                abort_work <- Opaque::ffi_init(|w| unsafe {
+                    bindings::rsrdma_init_work(w, Some(abort_work),
+                        bindings::rsrdma_work_class_RSRDMA_WORK_ABORT)
+                }),
                 queues: {
                     let mut v = KVec::with_capacity(nr_io as usize + 1, GFP_KERNEL)?;
                     for qid in 0..=nr_io as u16 {
@@ -502,11 +511,18 @@ impl RdmaCtrl {
         // Connections lost while their port was down left CM ids behind; the port may be
         // back, and their DREQs tell the target to drop the old association now.
         crate::registration::release_parked_active();
-        self.configure_admin(new)?;
-        let res = self.setup_after_admin(new);
+        let res = self.configure_admin(new).and_then(|()| {
+            let res = self.setup_after_admin(new);
+            if res.is_err() {
+                self.nvme().stop_keep_alive();
+                self.teardown_admin(new);
+            }
+            res
+        });
         if res.is_err() {
-            self.nvme().stop_keep_alive();
-            self.teardown_admin(new);
+            // The attempt's queues are stopped: a failure they reported is handled (or moot).
+            // SAFETY: our initialized work item.
+            unsafe { bindings::flush_work(self.abort_work.get()) };
         }
         res
     }
@@ -893,6 +909,12 @@ impl RdmaCtrl {
         unsafe { bindings::rsrdma_queue_work(bindings::nvme_reset_wq, self.err_work.get()) };
     }
 
+    /// Queues the abort work (see `Queue::failed_while_connecting`); any context.
+    pub(crate) fn queue_abort(&self) {
+        // SAFETY: our initialized work item and the core's workqueue.
+        unsafe { bindings::rsrdma_queue_work(bindings::nvme_wq, self.abort_work.get()) };
+    }
+
     fn recover(&self) {
         let n = self.nvme();
         let start = Ktime::ktime_get();
@@ -1089,6 +1111,24 @@ unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
     ctrl.recover();
 }
 
+/// Work function of `abort_work`.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
+unsafe extern "C" fn abort_work(work: *mut bindings::work_struct) {
+    // SAFETY: `work` is the `abort_work` of a live controller (flushed after a failed set-up and
+    // in `stop_ctrl`, before the controller is freed).
+    let ctrl = unsafe {
+        &*(work
+            .cast::<u8>()
+            .sub(core::mem::offset_of!(RdmaCtrl, abort_work)) as *const RdmaCtrl)
+    };
+    for queue in ctrl.queues.iter() {
+        queue.abort_if_failed();
+    }
+}
+
 /// Work function of `reconnect_work`.
 ///
 /// # Safety
@@ -1200,6 +1240,7 @@ unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     unsafe {
         bindings::flush_work(ctrl.err_work.get());
         bindings::cancel_delayed_work_sync(ctrl.reconnect_work.get());
+        bindings::flush_work(ctrl.abort_work.get());
     }
 }
 

@@ -488,6 +488,7 @@ static const char *const rsrdma_work_names[RSRDMA_WORK_NR_CLASSES] = {
 	[RSRDMA_WORK_ERROR_RECOVERY] = "(work_completion)rsrdma_error_recovery",
 	[RSRDMA_WORK_RESET] = "(work_completion)rsrdma_reset",
 	[RSRDMA_WORK_RECONNECT] = "(work_completion)rsrdma_reconnect",
+	[RSRDMA_WORK_ABORT] = "(work_completion)rsrdma_abort",
 };
 #endif
 

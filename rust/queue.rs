@@ -20,6 +20,7 @@ use crate::stats::QueueStats;
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use kernel::c_str;
 use kernel::ffi::c_void;
 use kernel::prelude::*;
 use kernel::sync::Mutex;
@@ -49,6 +50,9 @@ const STARTED: u32 = 1 << 3;
 /// The connection was lost while the controller was connecting (see
 /// `Queue::lost_while_connecting`).
 const LOST: u32 = 1 << 4;
+/// A work request failed, or the QP reported a fatal error, while the controller was connecting
+/// (see `Queue::failed_while_connecting`).
+const FAILED: u32 = 1 << 5;
 
 /// A command and response ring buffer: zeroed memory, DMA-mapped per connection.
 struct RingBuf {
@@ -267,9 +271,9 @@ impl Queue {
     }
 
     /// Whether the queue's connection can carry commands: established, not stopped, and not
-    /// reported lost.
+    /// reported lost or failed.
     pub(crate) fn connected(&self) -> bool {
-        self.flags.load(Ordering::Acquire) & (ESTABLISHED | LOST) == ESTABLISHED
+        self.flags.load(Ordering::Acquire) & (ESTABLISHED | LOST | FAILED) == ESTABLISHED
     }
 
     pub(crate) fn is_allocated(&self) -> bool {
@@ -595,16 +599,24 @@ impl Queue {
     /// commands again. So the queue stops carrying commands (see [`Queue::connected`]) and the
     /// timeout handler, run now for each command in flight (`blk_abort_request`), stops the
     /// queue and completes them.
-    fn lost_while_connecting(&self, why: &CStr) {
+    ///
+    /// `cause` is the flag that reported the loss, if any: the loss is handled only while it is
+    /// set, so a report about a connection that was replaced meanwhile is ignored.
+    fn lost_while_connecting(&self, why: &CStr, cause: u32) {
         if self.ctrl().nvme().state() != State::Connecting {
             return;
         }
         let _guard = self.stop_lock.lock();
-        let was = self.flags.fetch_or(LOST, Ordering::AcqRel);
-        if was & LOST != 0 {
-            // Already handled (DISCONNECTED, then TIMEWAIT_EXIT).
+        let need = ESTABLISHED | cause;
+        // Not when stopped, nor twice per connection (DISCONNECTED, then TIMEWAIT_EXIT).
+        let Ok(was) = self
+            .flags
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+                (f & (need | LOST) == need).then_some(f | LOST)
+            })
+        else {
             return;
-        }
+        };
         let n = if was & STARTED != 0 {
             // SAFETY: STARTED is set only after the queue's tag set was allocated, and `stop`
             // clears it under this lock, which the teardown calls before removing a tag set.
@@ -619,6 +631,35 @@ impl Queue {
             why,
             n
         );
+    }
+
+    /// Reports a failed work request or a fatal QP event of this queue, from completion or event
+    /// context. While the controller is connecting, error recovery does not run and the
+    /// commands in flight would wait out their timeouts, as for a lost connection (see
+    /// [`Queue::lost_while_connecting`]); its stop lock cannot be taken here, so the
+    /// controller's abort work handles the queue. Only the first failure of an established
+    /// connection counts: the rest are its flushed work requests.
+    fn failed_while_connecting(&self) {
+        if self.ctrl().nvme().state() != State::Connecting {
+            return;
+        }
+        let first = self
+            .flags
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
+                (f & (ESTABLISHED | FAILED) == ESTABLISHED).then_some(f | FAILED)
+            })
+            .is_ok();
+        if first {
+            self.ctrl().queue_abort();
+        }
+    }
+
+    /// The controller's abort work: handles a failure reported by
+    /// [`Queue::failed_while_connecting`].
+    pub(crate) fn abort_if_failed(&self) {
+        if self.flags.load(Ordering::Acquire) & FAILED != 0 {
+            self.lost_while_connecting(c_str!("connection failed"), FAILED);
+        }
     }
 
     /// Releases the connection's resources. While the port is down the CM id is parked (see
@@ -838,10 +879,12 @@ impl Queue {
         }
     }
 
-    /// Logs a failed work request and starts error recovery.
+    /// Logs a failed work request and starts error recovery (or, while connecting, aborts the
+    /// commands in flight on the queue).
     fn wr_error(&self, wc: &bindings::ib_wc, op: &str) {
         let ctrl = self.ctrl();
-        if ctrl.nvme().state() == State::Live {
+        let state = ctrl.nvme().state();
+        if state == State::Live || (state == State::Connecting && self.connected()) {
             log_info!(
                 self.nvme(),
                 "queue {}: {} failed with status {} ({})",
@@ -852,6 +895,7 @@ impl Queue {
             );
         }
         ctrl.error_recovery(format_args!("{} failed on queue {}", op, self.qid));
+        self.failed_while_connecting();
     }
 }
 
@@ -942,7 +986,7 @@ unsafe extern "C" fn cm_handler(
                     queue.qid,
                     rdma::cm_event_msg(event)
                 ));
-                queue.lost_while_connecting(rdma::cm_event_msg(event));
+                queue.lost_while_connecting(rdma::cm_event_msg(event), 0);
             }
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }
@@ -999,6 +1043,7 @@ unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut c_vo
                 queue.qid,
                 rdma::event_msg(ev)
             ));
+            queue.failed_while_connecting();
         }
         _ => {}
     }

@@ -237,7 +237,7 @@ reconnect_fault() {
 }
 
 ktap_header
-ktap_plan 42
+ktap_plan 45
 
 rxe_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -311,6 +311,13 @@ connect_fails "connect-drop: connection closed before the Connect response, conn
 	connect-drop "queue 0: disconnected while connecting: aborting 1 command"
 connect_fails "connect-drop@io: an I/O queue's connection closed the same way, connect fails at once" \
 	connect-drop@io "queue [1-9][0-9]*: disconnected while connecting: aborting 1 command"
+# The Connect's response fails the host's receive (SEND_WITH_INV of an unknown RKEY) and the target
+# keeps the connection: only the failed work request tells the host, which aborts the Connect
+# then rather than at its timeout.
+connect_fails "connect-inv: the Connect's response fails the host's receive, connect fails at once" \
+	connect-inv "queue 0: connection failed while connecting: aborting 1 command"
+connect_fails "connect-inv@io: an I/O queue's Connect response fails the same way, connect fails at once" \
+	connect-inv@io "queue [1-9][0-9]*: connection failed while connecting: aborting 1 command"
 connect_fails "connect-error: Connect status 'controller busy', connect fails cleanly" connect-error \
 	"Connect command failed: controller is busy"
 connect_fails "connect-error-dnr: Connect status with DNR, connect fails cleanly" connect-error-dnr \
@@ -325,6 +332,8 @@ reconnect_fault "reconnect, connect-hang: the attempt times out, the next one wo
 echo "$SAVED_ADMIN_TIMEOUT" >"$NVME_CORE/admin_timeout"
 reconnect_fault "reconnect, connect-drop: the Connect is aborted, the next attempt works" connect-drop 0 \
 	"queue 0: disconnected while connecting: aborting 1 command"
+reconnect_fault "reconnect, connect-inv: the Connect is aborted, the next attempt works" connect-inv 0 \
+	"queue 0: connection failed while connecting: aborting 1 command"
 reconnect_fault "reconnect, connect-error without DNR: retried, controller back" connect-error 0 \
 	"Connect command failed: controller is busy"
 reconnect_fault "reconnect, connect-error with DNR: no retry, controller deleted" connect-error-dnr 1 \

@@ -51,6 +51,8 @@ Modes:
   connect-hang[@io]        accept, then never answer the Fabrics Connect
   connect-drop[@io]        accept, then close the connection instead of answering the
                            Fabrics Connect
+  connect-inv[@io]         answer the Fabrics Connect with SEND_WITH_INV naming an RKEY the
+                           host never registered (its receive fails; the connection stays)
   connect-error[@io]       fail the Connect with 'controller busy' (0x181), without DNR
   connect-error-dnr[@io]   the same with DNR set
   bad-cid                  answer an I/O command with a wrong command_id (generation bits)

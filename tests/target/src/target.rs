@@ -29,6 +29,7 @@ pub enum Mode {
     Reject { sts: u16, io: bool },
     ConnectHang { io: bool },
     ConnectDrop { io: bool },
+    ConnectInv { io: bool },
     ConnectError { dnr: bool, io: bool },
     BadCid,
     DupCqe,
@@ -59,6 +60,7 @@ impl Mode {
             },
             ("connect-hang", None) => Mode::ConnectHang { io },
             ("connect-drop", None) => Mode::ConnectDrop { io },
+            ("connect-inv", None) => Mode::ConnectInv { io },
             ("connect-error", None) => Mode::ConnectError { dnr: false, io },
             ("connect-error-dnr", None) => Mode::ConnectError { dnr: true, io },
             ("bad-cid", None) => Mode::BadCid,
@@ -87,6 +89,7 @@ impl Mode {
             Mode::Reject { .. }
                 | Mode::ConnectHang { .. }
                 | Mode::ConnectDrop { .. }
+                | Mode::ConnectInv { .. }
                 | Mode::ConnectError { .. }
         )
     }
@@ -99,6 +102,7 @@ impl Mode {
             Mode::Reject { sts, io } => format!("reject:{sts}{}", at(io)),
             Mode::ConnectHang { io } => format!("connect-hang{}", at(io)),
             Mode::ConnectDrop { io } => format!("connect-drop{}", at(io)),
+            Mode::ConnectInv { io } => format!("connect-inv{}", at(io)),
             Mode::ConnectError { dnr: false, io } => format!("connect-error{}", at(io)),
             Mode::ConnectError { dnr: true, io } => format!("connect-error-dnr{}", at(io)),
             Mode::BadCid => "bad-cid".into(),
@@ -204,6 +208,9 @@ struct Cmd {
 struct SendInfo {
     stage: Option<u32>,
     kick: bool,
+    /// The send is meant to fail at the host: keep the connection when it does, so that the
+    /// host has to notice on its own.
+    keep: bool,
 }
 
 struct Queue {
@@ -807,6 +814,15 @@ impl Target {
             if q.closing || wc.status == WC_FLUSH_ERR {
                 return;
             }
+            if kind == K_RSP && q.sends.get(&aux).is_some_and(|i| i.keep) {
+                q.sends.remove(&aux);
+                say!(
+                    "conn: qid {} SEND (cid {cid:#x}) failed as intended: {}; keeping the connection",
+                    q.qid,
+                    wc_status_str(wc.status)
+                );
+                return;
+            }
             let op = match kind {
                 K_RECV => "RECV",
                 K_RSP => "SEND",
@@ -936,6 +952,7 @@ impl Target {
         let info = SendInfo {
             stage: cmd.stage,
             kick: cmd.kick,
+            keep: false,
         };
         let polite_inv = match cmd.sqe.sgl() {
             Sgl::Keyed {
@@ -1213,6 +1230,23 @@ impl Target {
                     } else {
                         say!("hostile {name}: never answering the Connect of qid {qid} (cid {cid:#x})");
                     }
+                    return;
+                }
+                Mode::ConnectInv { io } if io == (qid != 0) => {
+                    self.hostile.done = true;
+                    // An index no MR of the host has: its receive fails (invalid request).
+                    let key = 0xffff_ff5b;
+                    q.cmds.remove(&cid);
+                    let c = cqe(0, q.sq_head, q.qid, cid, SC_CONNECT_CTRL_BUSY);
+                    let info = SendInfo {
+                        keep: true,
+                        ..Default::default()
+                    };
+                    post_send_rsp(q, cid, &c, Some(key), info);
+                    say!(
+                        "hostile {}: answered the Connect of qid {qid} (cid {cid:#x}) with SEND_WITH_INV of rkey {key:#x}, which the host never registered",
+                        self.hostile.mode.name()
+                    );
                     return;
                 }
                 Mode::ConnectError { dnr, io } if io == (qid != 0) => {
