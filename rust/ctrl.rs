@@ -512,12 +512,10 @@ impl RdmaCtrl {
         // back, and their DREQs tell the target to drop the old association now.
         crate::registration::release_parked_active();
         let res = self.configure_admin(new).and_then(|()| {
-            let res = self.setup_after_admin(new);
-            if res.is_err() {
+            self.setup_after_admin(new).inspect_err(|_| {
                 self.nvme().stop_keep_alive();
                 self.teardown_admin(new);
-            }
-            res
+            })
         });
         if res.is_err() {
             // The attempt's queues are stopped: a failure they reported is handled (or moot).
