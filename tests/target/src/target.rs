@@ -208,7 +208,8 @@ struct Cmd {
 struct SendInfo {
     stage: Option<u32>,
     kick: bool,
-    /// The send is meant to fail at the host: keep the connection when it does, so that the
+    /// The send is meant to fail at the host: keep the connection if the host's NAK fails it
+    /// here too (soft-RoCE sends none for a failed invalidation; an adapter may), so that the
     /// host has to notice on its own.
     keep: bool,
 }
