@@ -518,9 +518,11 @@ impl RdmaCtrl {
             })
         });
         if res.is_err() {
-            // The attempt's queues are stopped: a failure they reported is handled (or moot).
+            // The attempt's queues are stopped: a failure they reported is handled or moot.
+            // Cancelled, not flushed: this may run on the abort work's own workqueue (a
+            // reconnect), where waiting for a queued item could stall its rescuer.
             // SAFETY: our initialized work item.
-            unsafe { bindings::flush_work(self.abort_work.get()) };
+            unsafe { bindings::cancel_work_sync(self.abort_work.get()) };
         }
         res
     }
@@ -1115,8 +1117,8 @@ unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
 ///
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn abort_work(work: *mut bindings::work_struct) {
-    // SAFETY: `work` is the `abort_work` of a live controller (flushed after a failed set-up and
-    // in `stop_ctrl`, before the controller is freed).
+    // SAFETY: `work` is the `abort_work` of a live controller (cancelled after a failed set-up
+    // and in `stop_ctrl`, before the controller is freed).
     let ctrl = unsafe {
         &*(work
             .cast::<u8>()
@@ -1224,6 +1226,10 @@ unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // Waits for readers of the stats file.
     drop(ctrl.debugfs.lock().take());
     ctrl.shutdown(true);
+    // Every QP is drained now, so no completion can queue the abort work again (`stop_ctrl`
+    // ran before the last ones did).
+    // SAFETY: our initialized work item.
+    unsafe { bindings::cancel_work_sync(ctrl.abort_work.get()) };
 }
 
 /// `nvme_ctrl_ops::stop_ctrl`: no transport work may run afterwards.
@@ -1238,7 +1244,7 @@ unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     unsafe {
         bindings::flush_work(ctrl.err_work.get());
         bindings::cancel_delayed_work_sync(ctrl.reconnect_work.get());
-        bindings::flush_work(ctrl.abort_work.get());
+        bindings::cancel_work_sync(ctrl.abort_work.get());
     }
 }
 
