@@ -1118,7 +1118,7 @@ unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn abort_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `abort_work` of a live controller (cancelled after a failed set-up
-    // and in `stop_ctrl`, before the controller is freed).
+    // and in `delete_ctrl`, before the controller is freed).
     let ctrl = unsafe {
         &*(work
             .cast::<u8>()
@@ -1226,8 +1226,8 @@ unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // Waits for readers of the stats file.
     drop(ctrl.debugfs.lock().take());
     ctrl.shutdown(true);
-    // Every QP is drained now, so no completion can queue the abort work again (`stop_ctrl`
-    // ran before the last ones did).
+    // Here rather than in `stop_ctrl`: only once every QP is drained can no completion queue
+    // the abort work again.
     // SAFETY: our initialized work item.
     unsafe { bindings::cancel_work_sync(ctrl.abort_work.get()) };
 }
@@ -1244,7 +1244,6 @@ unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     unsafe {
         bindings::flush_work(ctrl.err_work.get());
         bindings::cancel_delayed_work_sync(ctrl.reconnect_work.get());
-        bindings::cancel_work_sync(ctrl.abort_work.get());
     }
 }
 

@@ -208,10 +208,6 @@ struct Cmd {
 struct SendInfo {
     stage: Option<u32>,
     kick: bool,
-    /// The send is meant to fail at the host: keep the connection if the host's NAK fails it
-    /// here too (soft-RoCE sends none for a failed invalidation; an adapter may), so that the
-    /// host has to notice on its own.
-    keep: bool,
 }
 
 struct Queue {
@@ -815,7 +811,10 @@ impl Target {
             if q.closing || wc.status == WC_FLUSH_ERR {
                 return;
             }
-            if kind == K_RSP && q.sends.get(&aux).is_some_and(|i| i.keep) {
+            // connect-inv's response is meant to fail at the host. Should it fail here too (an
+            // adapter's NAK, or retries running out), the connection stays, so that the host has
+            // to notice on its own.
+            if kind == K_RSP && matches!(self.hostile.mode, Mode::ConnectInv { .. }) {
                 q.sends.remove(&aux);
                 say!(
                     "conn: qid {} SEND (cid {cid:#x}) failed as intended: {}; keeping the connection",
@@ -953,7 +952,6 @@ impl Target {
         let info = SendInfo {
             stage: cmd.stage,
             kick: cmd.kick,
-            keep: false,
         };
         let polite_inv = match cmd.sqe.sgl() {
             Sgl::Keyed {
@@ -1235,20 +1233,10 @@ impl Target {
                 }
                 Mode::ConnectInv { io } if io == (qid != 0) => {
                     self.hostile.done = true;
-                    // An index no MR of the host has: its receive fails (invalid request).
-                    let key = 0xffff_ff5b;
-                    q.cmds.remove(&cid);
-                    let c = cqe(0, q.sq_head, q.qid, cid, SC_CONNECT_CTRL_BUSY);
-                    let info = SendInfo {
-                        keep: true,
-                        ..Default::default()
-                    };
-                    post_send_rsp(q, cid, &c, Some(key), info);
-                    say!(
-                        "hostile {}: answered the Connect of qid {qid} (cid {cid:#x}) with SEND_WITH_INV of rkey {key:#x}, which the host never registered",
-                        self.hostile.mode.name()
-                    );
-                    return;
+                    // An MR index the host never had: its receive fails (invalid request).
+                    q.cmds.get_mut(&cid).unwrap().hostile =
+                        Some(RspHostility::SendInv(0xffff_ff5b));
+                    return self.respond(q, cid, SC_CONNECT_CTRL_BUSY, 0);
                 }
                 Mode::ConnectError { dnr, io } if io == (qid != 0) => {
                     self.hostile.done = true;
