@@ -45,6 +45,27 @@ moved() {
 	((b > a))
 }
 
+# head_moving: whether I/O on the namespace head completes (fio has started issuing).
+head_moving() {
+	local a
+	a=$(awk '{ print $1 + $5 }' "/sys/block/$head/stat")
+	sleep 0.5
+	(($(awk '{ print $1 + $5 }' "/sys/block/$head/stat") > a))
+}
+
+# paths_moved SECONDS: whether both paths completed I/O during the same SECONDS (says how much,
+# and each path's controller and ANA state).
+paths_moved() {
+	local a4 a6 b4 b6
+	a4=$(path_ios "$path4") a6=$(path_ios "$path6")
+	sleep "$1"
+	b4=$(path_ios "$path4") b6=$(path_ios "$path6")
+	echo "in $1 s: $path4 $((b4 - a4)) I/Os ($ctrl4 $(ctrl_state "$ctrl4"), ANA" \
+		"$(cat /sys/class/nvme/*/"$path4"/ana_state)), $path6 $((b6 - a6)) I/Os ($ctrl6" \
+		"$(ctrl_state "$ctrl6"), ANA $(cat /sys/class/nvme/*/"$path6"/ana_state))"
+	((b4 > a4 && b6 > a6))
+}
+
 # lose NAME CTRL PATH OTHER_PATH DOWN_CMD UP_CMD: one port away and back with I/O running.
 lose() {
 	local name=$1 ctrl=$2 path=$3 other=$4 down=$5 up=$6 t
@@ -112,8 +133,15 @@ ktap_diag "$subsys iopolicy: $(cat "/sys/class/nvme-subsystem/$subsys/iopolicy" 
 
 # --- I/O over both paths, each port lost and back in turn ------------------------------------
 fio_start "/dev/$head"
-sleep 2
-ktap_check "round-robin I/O over both paths" eval "moved $path4 2 && moved $path6 2"
+# fio can take seconds to issue its first I/O on a slow host; both paths are measured over the
+# same window once it has.
+t=$SECONDS
+if wait_for 30 head_moving; then
+	ktap_diag "I/O on $head $((SECONDS - t)) s after fio started"
+else
+	ktap_diag "no I/O on $head 30 s after fio started"
+fi
+ktap_check "round-robin I/O over both paths" paths_moved 3
 
 lose "port 1 (IPv4)" "$ctrl4" "$path4" "$path6" target_port_disable target_port_enable
 lose "port 2 (IPv6)" "$ctrl6" "$path6" "$path4" "target_port_disable 2" "target_port_enable 2"
