@@ -226,6 +226,8 @@ struct Queue {
     sends: HashMap<u32, SendInfo>,
     send_seq: u32,
     cntlid: Option<u16>,
+    /// The CM reported ESTABLISHED: the kernel CM has the host's RTU.
+    established: bool,
     closing: bool,
     sq_head: u16,
     commands: u64,
@@ -236,9 +238,18 @@ impl Queue {
         if !self.closing {
             self.closing = true;
             say!("conn: qid {} closing: {why}", self.qid);
-            // SAFETY: a connected (or connecting) id of ours.
-            unsafe { rdma_disconnect(self.id) };
+            if self.established {
+                self.disconnect();
+            }
+            // Otherwise the host's first command came before its RTU was processed: the CM
+            // sends no DREQ before then (and rdma_disconnect still returns 0), so the host
+            // would never learn. The disconnect waits for ESTABLISHED.
         }
+    }
+
+    fn disconnect(&self) {
+        // SAFETY: a connected (or connecting) id of ours.
+        unsafe { rdma_disconnect(self.id) };
     }
 }
 
@@ -446,8 +457,16 @@ impl Target {
             match ev.event {
                 CM_CONNECT_REQUEST => self.connect_request(&ev),
                 CM_ESTABLISHED => {
-                    if let Some(q) = token.and_then(|t| self.queues.get(&t)) {
+                    if let Some(q) = token.and_then(|t| self.queues.get_mut(&t)) {
                         say!("conn: qid {} established with {}", q.qid, q.peer);
+                        q.established = true;
+                        if q.closing {
+                            say!(
+                                "conn: qid {} closed before it was established: disconnecting now",
+                                q.qid
+                            );
+                            q.disconnect();
+                        }
                     }
                 }
                 CM_DISCONNECTED => {
@@ -465,8 +484,8 @@ impl Target {
                             );
                             if !q.closing {
                                 q.closing = true;
-                                // SAFETY: our id; completes the disconnect handshake.
-                                unsafe { rdma_disconnect(q.id) };
+                                // Completes the disconnect handshake.
+                                q.disconnect();
                             }
                         }
                         self.teardown(t);
@@ -658,6 +677,7 @@ impl Target {
             sends: HashMap::new(),
             send_seq: 0,
             cntlid: None,
+            established: false,
             closing: false,
             sq_head: 0,
             commands: 0,
