@@ -133,7 +133,7 @@ ktap_diag "$subsys iopolicy: $(cat "/sys/class/nvme-subsystem/$subsys/iopolicy" 
 
 # --- I/O over both paths, each port lost and back in turn ------------------------------------
 fio_start "/dev/$head"
-# fio can take seconds to issue its first I/O on a slow host; both paths are measured over the
+# fio can take seconds to issue its first I/O (7 s in one CI run); both paths are measured over the
 # same window once it has.
 t=$SECONDS
 if wait_for 30 head_moving; then
