@@ -31,8 +31,11 @@ path_of() {
 	return 1
 }
 
+# ios STAT_FILE: reads and writes a block device (its sysfs stat file) has completed.
+ios() { awk '{ print $1 + $5 }' "$1"; }
+
 # path_ios PATH_DEV: reads and writes the path has completed.
-path_ios() { awk '{ print $1 + $5 }' /sys/class/nvme/*/"$1"/stat; }
+path_ios() { ios /sys/class/nvme/*/"$1"/stat; }
 
 # moved PATH_DEV SECONDS: whether the path completed I/O during the next SECONDS (says how much;
 # for ktap_check, which makes that a diagnostic).
@@ -48,10 +51,13 @@ moved() {
 # head_moving: whether I/O on the namespace head completes (fio has started issuing).
 head_moving() {
 	local a
-	a=$(awk '{ print $1 + $5 }' "/sys/block/$head/stat")
+	a=$(ios "/sys/block/$head/stat")
 	sleep 0.5
-	(($(awk '{ print $1 + $5 }' "/sys/block/$head/stat") > a))
+	(($(ios "/sys/block/$head/stat") > a))
 }
+
+# path_state CTRL PATH_DEV: CTRL's state and its path's ANA state.
+path_state() { echo "$1 $(ctrl_state "$1"), ANA $(cat "/sys/class/nvme/$1/$2/ana_state")"; }
 
 # paths_moved SECONDS: whether both paths completed I/O during the same SECONDS (says how much,
 # and each path's controller and ANA state).
@@ -60,9 +66,8 @@ paths_moved() {
 	a4=$(path_ios "$path4") a6=$(path_ios "$path6")
 	sleep "$1"
 	b4=$(path_ios "$path4") b6=$(path_ios "$path6")
-	echo "in $1 s: $path4 $((b4 - a4)) I/Os ($ctrl4 $(ctrl_state "$ctrl4"), ANA" \
-		"$(cat /sys/class/nvme/*/"$path4"/ana_state)), $path6 $((b6 - a6)) I/Os ($ctrl6" \
-		"$(ctrl_state "$ctrl6"), ANA $(cat /sys/class/nvme/*/"$path6"/ana_state))"
+	echo "in $1 s: $path4 $((b4 - a4)) I/Os ($(path_state "$ctrl4" "$path4"))," \
+		"$path6 $((b6 - a6)) I/Os ($(path_state "$ctrl6" "$path6"))"
 	((b4 > a4 && b6 > a6))
 }
 
