@@ -15,12 +15,13 @@ use crate::mq::{ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
 use crate::nvme::{status_result, Ctrl, Failure, Options, State};
 use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
+use crate::proto::pool::BUDDY_MAX_AREA;
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
 use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
 use crate::stats::{CtrlStats, DebugDir};
-use crate::sync::ConnCell;
+use crate::sync::{ConnCell, IrqLock};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use kernel::c_str;
@@ -66,6 +67,9 @@ pub(crate) struct RdmaCtrl {
     err_work: Opaque<bindings::work_struct>,
     #[pin]
     reconnect_work: Opaque<bindings::delayed_work>,
+    /// Arms `reconnect_work`; `true` once `stop_ctrl` ran, after which nothing arms it again.
+    #[pin]
+    reconnect_gate: IrqLock<bool>,
     /// Aborts the commands in flight on queues that failed while connecting (see
     /// `Queue::failed_while_connecting`).
     #[pin]
@@ -269,10 +273,18 @@ impl RdmaCtrl {
         self.blocked_dev.load(Ordering::Acquire) == dev.as_ptr()
     }
 
-    pub(crate) fn block_device(&self, dev: Option<Device>) {
-        self.blocked_dev.store(
-            dev.map_or(core::ptr::null_mut(), |d| d.as_ptr()),
-            Ordering::Release,
+    /// Keeps the controller off `dev`, which is being removed.
+    pub(crate) fn block_device(&self, dev: Device) {
+        self.blocked_dev.store(dev.as_ptr(), Ordering::Release);
+    }
+
+    /// Lifts the block of a device that was removed, if `dev` (just added) has its address.
+    pub(crate) fn unblock_device(&self, dev: Device) {
+        let _ = self.blocked_dev.compare_exchange(
+            dev.as_ptr(),
+            core::ptr::null_mut(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
         );
     }
 
@@ -384,7 +396,8 @@ impl RdmaCtrl {
         let slot_size = crate::glue::slot_bytes()
             .next_power_of_two()
             .clamp(512, 1 << 20);
-        let io_large = crate::glue::io_pool_bytes().clamp(u64::from(MAX_IO_BYTES), 64 << 20);
+        // The buddy allocator of the large area spans at most `BUDDY_MAX_AREA`.
+        let io_large = crate::glue::io_pool_bytes().clamp(u64::from(MAX_IO_BYTES), BUDDY_MAX_AREA);
         let cfg = PoolConfig {
             nr_io_queues: nr_io as u16,
             io_depth,
@@ -419,6 +432,7 @@ impl RdmaCtrl {
                     bindings::rsrdma_init_delayed_work(w, Some(reconnect_work),
                         bindings::rsrdma_work_class_RSRDMA_WORK_RECONNECT)
                 }),
+                reconnect_gate <- IrqLock::new(false),
                 // SAFETY: as above.
                 abort_work <- Opaque::ffi_init(|w| unsafe {
                     bindings::rsrdma_init_work(w, Some(abort_work),
@@ -668,14 +682,22 @@ impl RdmaCtrl {
         // SAFETY: set-up work context (see `ConnCell`).
         let c = unsafe { self.conn.get() }.ok_or(errno::ENOTCONN())?;
         let reg = self.pool.map(c.dev, &c.pd)?;
-        self.queue(0).register_pool(&reg)?;
-        let rkey = reg.mr().rkey();
-        let (iova, len) = (reg.mr().iova(), reg.mr().length());
+        // Installed before its registration request is posted: should the request not
+        // complete, the set-up's failure path drains the admin QP before `release_conn` drops
+        // the region and its mapping.
         // SAFETY: set-up work; the connection is ours alone until the queues go live.
         let mut c = unsafe { self.conn.replace(None) }.ok_or(errno::ENOTCONN())?;
         c.reg = Some(reg);
         // SAFETY: as above.
-        unsafe { self.conn.replace(Some(c)) };
+        let c = unsafe { self.conn.replace(Some(c)) };
+        debug_assert!(c.is_none());
+        // SAFETY: as above.
+        let reg = unsafe { self.conn.get() }
+            .and_then(|c| c.reg.as_ref())
+            .ok_or(errno::ENOTCONN())?;
+        self.queue(0).register_pool(reg)?;
+        let rkey = reg.mr().rkey();
+        let (iova, len) = (reg.mr().iova(), reg.mr().length());
         let mut rec = self.recovery.lock();
         if rec.last_rkey != 0 && rec.last_rkey != rkey {
             log_info!(
@@ -976,23 +998,30 @@ impl RdmaCtrl {
     }
 
     fn schedule_reconnect(&self, delay_ms: u32) {
-        // SAFETY: our initialized delayed work item and the core's workqueue.
-        unsafe {
-            bindings::rsrdma_queue_delayed_work(
-                bindings::nvme_wq,
-                self.reconnect_work.get(),
-                delay_ms,
-            )
-        };
-    }
-
-    /// Brings a controller waiting for its device back to reconnecting now.
-    pub(crate) fn kick_reconnect(&self) {
-        if self.nvme().state() == State::Connecting {
+        let stopped = self.reconnect_gate.lock();
+        if !*stopped {
             // SAFETY: our initialized delayed work item and the core's workqueue.
             unsafe {
-                bindings::rsrdma_mod_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), 0)
+                bindings::rsrdma_queue_delayed_work(
+                    bindings::nvme_wq,
+                    self.reconnect_work.get(),
+                    delay_ms,
+                )
             };
+        }
+    }
+
+    /// Brings a reconnect attempt that is waiting out its delay forward to now (its port or a
+    /// device came back). Nothing else: a controller that is connecting in the reset work, or
+    /// in an attempt already running, has no attempt waiting, and a second set-up must not run
+    /// beside it.
+    pub(crate) fn kick_reconnect(&self) {
+        let stopped = self.reconnect_gate.lock();
+        // SAFETY: our initialized delayed work item and the core's workqueue.
+        unsafe {
+            if !*stopped && bindings::cancel_delayed_work(self.reconnect_work.get()) {
+                bindings::rsrdma_queue_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), 0);
+            }
         }
     }
 
@@ -1048,7 +1077,7 @@ impl RdmaCtrl {
     /// keeps it reconnecting (through another device, or this one when it returns).
     pub(crate) fn device_removed(&self, dev: Device) {
         let n = self.nvme();
-        self.block_device(Some(dev));
+        self.block_device(dev);
         for _ in 0..8 {
             // SAFETY: the core's and our initialized work items.
             unsafe {
@@ -1240,6 +1269,9 @@ unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
 unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: a live controller of ours.
     let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };
+    // Neither the error recovery flushed below, nor a device or port event, arms the reconnect
+    // work after it was cancelled.
+    *ctrl.reconnect_gate.lock() = true;
     // SAFETY: our initialized work items.
     unsafe {
         bindings::flush_work(ctrl.err_work.get());

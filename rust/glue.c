@@ -33,7 +33,7 @@ MODULE_PARM_DESC(slot_kib,
 unsigned int rsrdma_io_pool_mib = 16;
 module_param_named(io_pool_mib, rsrdma_io_pool_mib, uint, 0444);
 MODULE_PARM_DESC(io_pool_mib,
-		 "Pool area in MiB per controller, shared by its I/O queues, for I/O larger than a slot: 4 to 64 (default 16)");
+		 "Pool area in MiB per controller, shared by its I/O queues, for I/O larger than a slot: 4 to 16 (default 16)");
 
 unsigned int rsrdma_spread_kib = 128;
 module_param_named(spread_kib, rsrdma_spread_kib, uint, 0644);
@@ -521,12 +521,6 @@ bool rsrdma_queue_delayed_work(struct workqueue_struct *wq, struct delayed_work 
 			       unsigned int delay_ms)
 {
 	return queue_delayed_work(wq, dwork, msecs_to_jiffies(delay_ms));
-}
-
-bool rsrdma_mod_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
-			     unsigned int delay_ms)
-{
-	return mod_delayed_work(wq, dwork, msecs_to_jiffies(delay_ms));
 }
 
 void rsrdma_init_completion(struct completion *c)

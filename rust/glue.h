@@ -147,8 +147,6 @@ void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn,
 bool rsrdma_queue_work(struct workqueue_struct *wq, struct work_struct *work);
 bool rsrdma_queue_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
 			       unsigned int delay_ms);
-bool rsrdma_mod_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
-			     unsigned int delay_ms);
 void rsrdma_init_completion(struct completion *c);
 void rsrdma_reinit_completion(struct completion *c);
 long rsrdma_wait_for_completion_ms(struct completion *c, unsigned int timeout_ms);

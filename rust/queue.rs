@@ -15,7 +15,7 @@ use crate::nvme::State;
 use crate::pool::PoolReg;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
 use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
-use crate::rdma::{self, CmId, Cq, DmaDir, DmaMap, Qp};
+use crate::rdma::{self, CmId, Cq, Device, DmaDir, DmaMap, Qp};
 use crate::stats::QueueStats;
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
@@ -911,7 +911,14 @@ unsafe extern "C" fn cm_handler(
     // SAFETY: see the function's contract; the event is valid for the call.
     let (context, event, status) = unsafe { ((*id).context, (*ev).event, (*ev).status) };
     if context.is_null() {
-        // A parked id, detached from its queue: nothing to do.
+        // A parked id, detached from its queue: nothing to do. The device's removal releases
+        // parked ids before the CM reports it to them.
+        if event == bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL {
+            log_err!(
+                core::ptr::null(),
+                "a parked CM id is still on a device being removed"
+            );
+        }
         return 0;
     }
     // SAFETY: a non-null context is the queue that created the id, alive while the id is
@@ -991,8 +998,23 @@ unsafe extern "C" fn cm_handler(
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => {
-            // The ib_client remove callback releases everything on the device; a set-up step
-            // waiting on this id fails now.
+            // The ib_client remove callback, which runs before the CM's, released everything
+            // on the device of the controllers it found; an id still here belongs to one it
+            // did not (being created, say). The CM waits until the id is destroyed: the
+            // controller stops using the device, and its teardown destroys the id instead of
+            // parking it.
+            // SAFETY: the id is valid for the call; its device is set once it is bound.
+            if let Some(dev) = Device::from_raw(unsafe { (*id).device }) {
+                queue.ctrl().block_device(dev);
+            }
+            if queue.is_established() {
+                queue.ctrl().error_recovery(format_args!(
+                    "queue {}: {}",
+                    queue.qid,
+                    rdma::cm_event_msg(event)
+                ));
+                queue.lost_while_connecting(rdma::cm_event_msg(event), 0);
+            }
             queue.cm_signal(event, ENODEV.to_errno());
         }
         _ => {

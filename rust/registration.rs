@@ -366,7 +366,8 @@ unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
     for c in reg.get_all() {
         // SAFETY: referenced by `get_all`.
         let ctrl = unsafe { &*c.0 };
-        ctrl.block_device(None);
+        // A device at the address of one that was removed is a new one.
+        ctrl.unblock_device(dev);
         ctrl.kick_reconnect();
         ctrl.nvme().put();
     }
@@ -405,7 +406,15 @@ unsafe extern "C" fn device_remove(
         for c in reg.get_all() {
             // SAFETY: referenced by `get_all`.
             let ctrl = unsafe { &*c.0 };
-            if ctrl.device() == Some(dev) || ctrl.nvme().state() == crate::nvme::State::Connecting {
+            // A controller that is recovering or connecting may have released its device
+            // already and be about to pick one.
+            let state = ctrl.nvme().state();
+            if ctrl.device() == Some(dev)
+                || matches!(
+                    state,
+                    crate::nvme::State::Connecting | crate::nvme::State::Resetting
+                )
+            {
                 users += 1;
                 ctrl.device_removed(dev);
             }

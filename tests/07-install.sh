@@ -53,7 +53,7 @@ if [ ! -f "$STAGED" ]; then
 	ktap_skip "install" "no staged module at $STAGED (make install runs in tests/run.sh)"
 	ktap_finish
 fi
-ktap_plan 13
+ktap_plan 14
 
 rsrdma_unload
 module_unload nvme_rdma
@@ -156,6 +156,19 @@ disconnect_unload() {
 	modprobe -r nvme_rsrdma && ! _module_loaded nvme_rsrdma
 }
 
+# pool_param_clamped: a large area above what its allocator spans is clamped, not a reason to
+# refuse every connect; 4 MiB commands (the transport's largest) then use it.
+pool_param_clamped() {
+	local dev
+	modprobe nvme_rsrdma io_pool_mib=64 || return 1
+	echo "io_pool_mib=$(cat /sys/module/nvme_rsrdma/parameters/io_pool_mib)"
+	timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" || return 1
+	wait_for 30 nvme_dev_for_nqn "$NQN_NULL" || { echo "no namespace"; return 1; }
+	dev=$(nvme_dev_for_nqn "$NQN_NULL")
+	fio_verify "$dev" 2 --bs=4m --iodepth=4 || return 1
+	disconnect_unload
+}
+
 if rxe_setup && target_setup; then
 	ktap_check "nvme connect -t rsrdma autoloads nvme_rsrdma (alias nvme-rsrdma) and connects" \
 		autoload_connect rsrdma
@@ -170,8 +183,10 @@ if rxe_setup && target_setup; then
 	ktap_diag "dropin=${dropin:-not loaded}"
 	ktap_check "drop-in: disconnect, modprobe -r" disconnect_unload
 	rm -f "$DROPIN_CONF"
+	ktap_check "io_pool_mib=64 is clamped to the 16 MiB the large area spans: connect, 4 MiB I/O" \
+		pool_param_clamped
 else
-	for n in "autoload" "disconnect" "drop-in autoload" "drop-in disconnect"; do
+	for n in "autoload" "disconnect" "drop-in autoload" "drop-in disconnect" "io_pool_mib=64"; do
 		ktap_fail "$n" "soft-RoCE or the nvmet-rdma target did not come up"
 	done
 fi
