@@ -43,7 +43,6 @@ struct CtrlConn {
     reg: Option<PoolReg>,
     pd: Pd,
     dev: Device,
-    port: u32,
 }
 
 /// Reconnect bookkeeping, used only from the controller's work items.
@@ -88,6 +87,10 @@ pub(crate) struct RdmaCtrl {
     inline_size: AtomicU32,
     slot_size: u32,
     blocked_dev: AtomicPtr<bindings::ib_device>,
+    /// The device and port of `conn`, for device and port events, which cannot read the cell
+    /// while set-up or teardown replaces it.
+    conn_dev: AtomicPtr<bindings::ib_device>,
+    conn_port: AtomicU32,
     /// In the transport's controller list (creation completed).
     pub(crate) listed: AtomicBool,
     #[pin]
@@ -198,12 +201,14 @@ impl RdmaCtrl {
         }
     }
 
-    /// The blk-mq tags of queue `qid`.
-    pub(crate) fn tags(&self, qid: u16) -> *mut bindings::blk_mq_tags {
+    /// The blk-mq tags of queue `qid`, if its tag set has that hardware queue (it may have
+    /// fewer than the queues connected while a reconnect changes their number).
+    pub(crate) fn tags(&self, qid: u16) -> Option<*mut bindings::blk_mq_tags> {
         let set = self.tag_set_of(qid);
+        let hctx = u32::from(qid.saturating_sub(1));
         // SAFETY: the tag sets are allocated before any queue carries commands and freed after
         // the last one stopped; `tags` has one entry per hardware queue.
-        unsafe { *(*set).tags.add(qid.saturating_sub(1) as usize) }
+        unsafe { (hctx < (*set).nr_hw_queues).then(|| *(*set).tags.add(hctx as usize)) }
     }
 
     pub(crate) fn io_queues(&self) -> [u32; HCTX_MAX_TYPES] {
@@ -257,16 +262,13 @@ impl RdmaCtrl {
 
     /// The device the controller is connected through, if any.
     pub(crate) fn device(&self) -> Option<Device> {
-        // SAFETY: a read of a `Copy` field; callers (the ib_client remove callback) hold a
-        // controller reference and only compare it.
-        unsafe { self.conn.get() }.map(|c| c.dev)
+        Device::from_raw(self.conn_dev.load(Ordering::Acquire))
     }
 
-    /// Whether the controller is connected through port `port` of `dev`.
+    /// Whether the controller is connected through port `port` of `dev` (a connection being
+    /// replaced meanwhile at worst makes the answer stale).
     pub(crate) fn uses_port(&self, dev: Device, port: u32) -> bool {
-        // SAFETY: reads of `Copy` fields; callers (port events) only compare them, and a
-        // connection being replaced meanwhile at worst makes the answer stale.
-        unsafe { self.conn.get() }.is_some_and(|c| c.dev == dev && c.port == port)
+        self.device() == Some(dev) && self.conn_port.load(Ordering::Relaxed) == port
     }
 
     pub(crate) fn device_blocked(&self, dev: Device) -> bool {
@@ -330,14 +332,9 @@ impl RdmaCtrl {
             .lock()
             .set(format_args!("{} port {}", dev.name(), port));
         // SAFETY: set-up work, no connection installed: nothing else uses the cell.
-        unsafe {
-            self.conn.replace(Some(CtrlConn {
-                reg: None,
-                pd,
-                dev,
-                port,
-            }))
-        };
+        unsafe { self.conn.replace(Some(CtrlConn { reg: None, pd, dev })) };
+        self.conn_port.store(port, Ordering::Relaxed);
+        self.conn_dev.store(dev.as_ptr(), Ordering::Release);
         // SAFETY: as above.
         Ok(&unsafe { self.conn.get() }.ok_or(ENOMEM)?.pd)
     }
@@ -456,6 +453,8 @@ impl RdmaCtrl {
                 inline_size: AtomicU32::new(0),
                 slot_size,
                 blocked_dev: AtomicPtr::new(core::ptr::null_mut()),
+                conn_dev: AtomicPtr::new(core::ptr::null_mut()),
+                conn_port: AtomicU32::new(0),
                 listed: AtomicBool::new(false),
                 recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkey: 0 }),
                 reconnects: AtomicU64::new(0),
@@ -728,6 +727,8 @@ impl RdmaCtrl {
         let Some(c) = (unsafe { self.conn.replace(None) }) else {
             return;
         };
+        self.conn_dev
+            .store(core::ptr::null_mut(), Ordering::Release);
         if let Some(reg) = &c.reg {
             dbg_event!(
                 Pool,
@@ -1020,7 +1021,11 @@ impl RdmaCtrl {
         // SAFETY: our initialized delayed work item and the core's workqueue.
         unsafe {
             if !*stopped && bindings::cancel_delayed_work(self.reconnect_work.get()) {
-                bindings::rsrdma_queue_delayed_work(bindings::nvme_wq, self.reconnect_work.get(), 0);
+                bindings::rsrdma_queue_delayed_work(
+                    bindings::nvme_wq,
+                    self.reconnect_work.get(),
+                    0,
+                );
             }
         }
     }

@@ -150,16 +150,16 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
         Some(sp) if queue.qid() != 0 => sp.decode(queue.qid(), cqe.command_id),
         _ => Some(Owner::Own(cqe.command_id)),
     };
-    let rq = match owner {
+    let found = match owner {
+        Some(Owner::Own(cid)) => ctrl.tags(queue.qid()).map(|t| (t, cid)),
+        // The queue named by the command identifier may not have its tags (yet).
+        Some(Owner::Other { qid, command_id }) => ctrl.tags(qid).map(|t| (t, command_id)),
+        None => None,
+    };
+    let rq = match found {
         // SAFETY: the tags of a live tag set of this controller; the core validates the
         // command id (tag in range and generation) and returns null otherwise.
-        Some(Owner::Own(cid)) => unsafe {
-            bindings::rsrdma_nvme_find_rq(ctrl.tags(queue.qid()), cid)
-        },
-        // SAFETY: as above.
-        Some(Owner::Other { qid, command_id }) => unsafe {
-            bindings::rsrdma_nvme_find_rq(ctrl.tags(qid), command_id)
-        },
+        Some((tags, cid)) => unsafe { bindings::rsrdma_nvme_find_rq(tags, cid) },
         None => core::ptr::null_mut(),
     };
     if rq.is_null() {
@@ -268,8 +268,14 @@ fn copy_data(pool: &Pool, rq: *mut bindings::request, slice: Slice, to_pool: boo
     };
 }
 
-/// Maps the data of a request into the pool and sends its command.
-fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request) -> Result {
+/// Maps the data of a request into the pool and sends its command; returns the number of data
+/// bytes and whether they are written (once sent, the request may complete at any moment).
+fn submit(
+    queue: &Queue,
+    conn: &Conn,
+    rq: *mut bindings::request,
+    req: &Request,
+) -> Result<(u32, bool)> {
     let ctrl = queue.ctrl();
     let qid = queue.qid();
     // SAFETY: a started request of ours.
@@ -358,7 +364,7 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
     }
     if len >= crate::glue::spread_bytes() && inline.is_none() {
         if let Some(res) = spread(queue, req, &mut sqe) {
-            return res;
+            return res.map(|()| (len, is_write));
         }
     }
     // The core's tags keep this queue's commands within its depth, unless commands of other
@@ -373,7 +379,7 @@ fn submit(queue: &Queue, conn: &Conn, rq: *mut bindings::request, req: &Request)
     if res.is_err() && qid != 0 {
         queue.return_credit();
     }
-    res
+    res.map(|()| (len, is_write))
 }
 
 /// Sends a large transfer's command on the controller's next I/O queue in turn, when that is
@@ -390,7 +396,9 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE]) -> Option<Resu
     let ctrl = queue.ctrl();
     let sp = ctrl.spread()?;
     let other = ctrl.next_spread_queue(sp)?;
-    if other.qid() == queue.qid() || !other.is_live() {
+    // Not on a queue whose connection was reported lost while connecting: its commands in
+    // flight were aborted then, a command sent now would wait out its timeout.
+    if other.qid() == queue.qid() || !other.is_live() || !other.connected() {
         return None;
     }
     // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request: the I/O queues are
@@ -489,23 +497,14 @@ unsafe extern "C" fn queue_rq(
     if ret != BLK_STS_OK {
         return ret;
     }
+    // Where it goes, for the abort walk (see `abort_sent_on`) once it is started; `spread`
+    // may name another queue before sending it.
+    req.sent_on.store(queue.qid(), Ordering::Relaxed);
     // SAFETY: as above.
     unsafe { bindings::rsrdma_nvme_start_request(rq) };
 
     match submit(queue, conn, rq, req) {
-        Ok(()) => {
-            // SAFETY: a started request of ours.
-            let (len, write) = unsafe {
-                (
-                    bindings::rsrdma_rq_payload_bytes(rq),
-                    bindings::rsrdma_rq_is_write(rq),
-                )
-            };
-            let len = if req.data_offset.load(Ordering::Relaxed) == NO_DATA {
-                0
-            } else {
-                len
-            };
+        Ok((len, write)) => {
             queue.stats().sent(len, write);
             BLK_STS_OK
         }

@@ -452,17 +452,24 @@ impl Queue {
             CM_CONNECT_TIMEOUT_MS,
         )?;
 
-        for i in 0..depth {
-            self.post_recv(&conn, i)?;
-        }
         // A new QP: whatever was outstanding on the old one was flushed and is being retried.
         self.outstanding.store(0, Ordering::Relaxed);
         self.credits.store(depth, Ordering::Relaxed);
+        // Installed before the receives are posted: whatever the target sends completes a
+        // receive of a queue that has its connection.
         // SAFETY: called from the set-up work; the queue was freed before (no connection
         // installed), so nothing uses the cell.
         let old = unsafe { self.conn.replace(Some(conn)) };
         debug_assert!(old.is_none());
         self.flags.store(ALLOCATED | ESTABLISHED, Ordering::Release);
+        // SAFETY: the set-up work, which just installed it.
+        let conn = unsafe { self.conn() }.ok_or(errno::ENOTCONN())?;
+        let posted = (0..depth).try_for_each(|i| self.post_recv(conn, i));
+        if let Err(e) = posted {
+            self.stop();
+            self.free(true);
+            return Err(e);
+        }
         dbg_event!(
             Queue,
             nvme,
@@ -667,14 +674,19 @@ impl Queue {
     /// a DREQ through the CM; its QP goes now. `force` destroys it in any case (device
     /// removal).
     pub(crate) fn free(&self, force: bool) {
-        if self.flags.fetch_and(!ALLOCATED, Ordering::AcqRel) & ALLOCATED == 0 {
+        // Every flag: the queue has no connection from here.
+        if self.flags.swap(0, Ordering::AcqRel) & ALLOCATED == 0 {
             return;
         }
-        // SAFETY: the controller's teardown stopped (drained) the queue and quiesced blk-mq
-        // before calling this, so nothing uses the connection.
+        // SAFETY: the controller's teardown stopped the queue and quiesced blk-mq before
+        // calling this, so nothing uses the connection.
         let Some(conn) = (unsafe { self.conn.replace(None) }) else {
             return;
         };
+        // Drained again: a command posted between the stop's drain and the quiesce (the
+        // timeout handler stops a queue while blk-mq still dispatches), or on a queue that
+        // failed before it was ever stopped, completes now, while its QP exists.
+        conn.qp.drain();
         dbg_event!(
             Queue,
             self.nvme(),

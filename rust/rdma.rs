@@ -584,9 +584,9 @@ impl Drop for Mr {
 pub(crate) struct EventWatch {
     #[pin]
     handler: Opaque<bindings::ib_event_handler>,
-    /// Port state last reported, to act on changes only (soft-RoCE reports a port coming up
-    /// twice).
-    port_active: core::sync::atomic::AtomicBool,
+    /// The ports last reported down, one bit per port number below 64, to act on changes
+    /// only (soft-RoCE reports a port coming up twice).
+    ports_down: core::sync::atomic::AtomicU64,
 }
 
 /// The signature of an asynchronous event handler.
@@ -612,27 +612,34 @@ impl EventWatch {
                 });
                 bindings::ib_register_event_handler(h);
             }),
-            port_active: core::sync::atomic::AtomicBool::new(true),
+            ports_down: core::sync::atomic::AtomicU64::new(0),
         })
     }
 
-    /// Records the port state carried by an event delivered to `handler`; false if it is the
-    /// state already known (a repeated event).
+    /// Records the state of port `port` carried by an event delivered to `handler`; false if
+    /// it is the state already known (a repeated event). Ports from 64 up are not tracked:
+    /// every event of theirs counts.
     ///
     /// # Safety
     ///
     /// `handler` must be the handler of a live `EventWatch` (as passed to its handler).
     pub(crate) unsafe fn port_changed(
         handler: *mut bindings::ib_event_handler,
+        port: u32,
         active: bool,
     ) -> bool {
+        use core::sync::atomic::Ordering::AcqRel;
         let offset = core::mem::offset_of!(EventWatch, handler);
         // SAFETY: per the contract, `handler` is the `handler` field of an `EventWatch`.
         let watch = unsafe { &*(handler.cast::<u8>().sub(offset) as *const EventWatch) };
-        watch
-            .port_active
-            .swap(active, core::sync::atomic::Ordering::AcqRel)
-            != active
+        let Some(bit) = 1u64.checked_shl(port) else {
+            return true;
+        };
+        if active {
+            watch.ports_down.fetch_and(!bit, AcqRel) & bit != 0
+        } else {
+            watch.ports_down.fetch_or(bit, AcqRel) & bit == 0
+        }
     }
 }
 

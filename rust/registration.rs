@@ -172,12 +172,22 @@ impl Registry {
     /// Takes a reference to every listed controller (skipping those being freed).
     fn get_all(&self) -> KVec<CtrlRef> {
         let ctrls = self.ctrls.lock();
-        let mut out = KVec::new();
+        // Room first: a reference taken and then dropped under the lock could be the last
+        // one, and freeing the controller takes the lock (`unlist`).
+        let Ok(mut out) = KVec::with_capacity(ctrls.len(), GFP_KERNEL) else {
+            log_err!(
+                core::ptr::null(),
+                "out of memory listing {} controllers",
+                ctrls.len()
+            );
+            return KVec::new();
+        };
         for c in ctrls.iter() {
             // SAFETY: listed controllers are alive until `unlist`, which needs the lock.
             let ctrl = unsafe { &*c.0 };
+            // Within the capacity reserved above: `push` does not allocate, nor fail.
             if ctrl.nvme().tryget() && out.push(*c, GFP_KERNEL).is_err() {
-                ctrl.nvme().put();
+                break;
             }
         }
         out
@@ -448,7 +458,7 @@ unsafe extern "C" fn port_event(h: *mut bindings::ib_event_handler, ev: *mut bin
         _ => return,
     };
     // SAFETY: `h` is the handler of the `EventWatch` this function was registered with.
-    if !unsafe { EventWatch::port_changed(h, active) } {
+    if !unsafe { EventWatch::port_changed(h, port, active) } {
         return;
     }
     match event {
