@@ -92,7 +92,7 @@ cycle() {
 }
 
 ktap_header
-ktap_plan 16
+ktap_plan 17
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -184,6 +184,50 @@ else
 	ktap_fail "nvme reset with I/O running"
 fi
 fio_stop && ktap_ok "reset: fio verify saw no error" || ktap_fail "reset: fio verify saw no error"
+
+# --- resets while another RDMA device comes and goes --------------------------------------------
+# A device added or a port coming up brings forward a reconnect attempt that waits out its
+# delay, and nothing else: a reset's own set-up, under way at that moment, stays the only one.
+# A second rxe device, on a dummy netdev, flaps its port (every "port active" is such an event)
+# while the controller resets ten times; then it is removed and added again during a reset.
+resets_with_device_events() {
+	local ctrl=$1 dev=$2 mark i n flapper rc=0
+	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy &&
+		ip link set rsrdma_dm0 up && timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 ||
+		return 1
+	mark=$(kmsg_mark)
+	fio_start "$dev" --size=8m
+	(while :; do
+		ip link set rsrdma_dm0 down && sleep 0.1 && ip link set rsrdma_dm0 up && sleep 0.1
+	done) >/dev/null 2>&1 &
+	flapper=$!
+	for ((i = 1; i <= 10; i++)); do
+		timeout 60 nvme reset "/dev/$ctrl" >/dev/null 2>&1
+		if ! wait_for 60 in_state "$ctrl" live; then
+			echo "reset $i: $ctrl $(ctrl_state "$ctrl")"
+			rc=1
+			break
+		fi
+	done
+	kill "$flapper" && wait "$flapper" 2>/dev/null
+	ip link set rsrdma_dm0 up
+	timeout 60 nvme reset "/dev/$ctrl" >/dev/null 2>&1 &
+	i=$!
+	timeout 60 rdma link delete rsrdma_x && timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0
+	wait "$i"
+	wait_for 60 in_state "$ctrl" live || { echo "after the last reset: $(ctrl_state "$ctrl")"; rc=1; }
+	fio_stop || { echo "fio verify saw an error: $(tail -n 3 "$FIO_OUT")"; rc=1; }
+	timeout 60 rdma link delete rsrdma_x
+	ip link delete rsrdma_dm0
+	# The controller never lost its link: no reconnect attempt has a reason to run.
+	n=$(dmesg_after "$mark" | grep -cE 'Successfully reconnected|Failed reconnect attempt')
+	echo "11 resets, $(dmesg_after "$mark" | grep -c 'rsrdma_x port 1 active') port events of rsrdma_x;" \
+		"reconnect attempts beside them: $n"
+	dmesg_after "$mark" | grep -E 'reconnect' | head -n 8
+	((rc == 0 && n == 0))
+}
+ktap_check "resets while another RDMA device flaps, goes and comes: one set-up at a time, I/O verified" \
+	resets_with_device_events "$ctrl" "$dev"
 probe_stop
 host_disconnect_all
 

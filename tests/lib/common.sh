@@ -735,25 +735,37 @@ _fio_report() {
 # interrupts it (fio finishes its verification and reports) and gives fio_verify's verdict.
 # Call both from the test's own shell (not in a subshell such as ktap_check's), which owns the
 # job.
+# Returns once fio's job process runs (fio takes seconds to start under TCG, more on a busy
+# guest), so that what the caller does next happens under I/O.
 fio_start() {
 	local dev=$1
 	shift
 	FIO_DEV=$dev FIO_OUT=$(mktemp /tmp/rsrdma-fio.XXXXXX)
 	_fio_run "$dev" --time_based --runtime=3600 "$@" >"$FIO_OUT" 2>&1 &
 	FIO_PID=$!
+	wait_for 60 _fio_job_running || ktap_diag "fio on $dev: no job process after 60 s"
 }
 
+# _fio_pids: the processes of the fio_start job (the main one, then its job processes).
+_fio_pids() {
+	local main
+	main=$(pgrep -P "$FIO_PID" -x fio) || return 1
+	echo "$main" $(pgrep -P "$main" -x fio)
+}
+_fio_job_running() { [ "$(_fio_pids | wc -w)" -gt 1 ]; }
+
 fio_stop() {
-	local rc=0 pids p
+	local rc=0 pids
 	[ -n "${FIO_PID:-}" ] || return 1
 	# Every fio process of the job (the main one and its job processes) gets the interrupt; fio
-	# stops, verifies what is outstanding and prints its summary, exiting with 128 or 130.
-	pids=$(pgrep -P "$FIO_PID" -x fio)
-	for p in $pids; do
-		pids="$pids $(pgrep -P "$p" -x fio)"
-	done
-	# shellcheck disable=SC2086
-	[ -n "${pids// /}" ] && kill -INT $pids 2>/dev/null
+	# stops, verifies what is outstanding and prints its summary, exiting with 128 or 130. A
+	# job without a fio process (it failed, or never started) is ended with its shell.
+	if pids=$(_fio_pids); then
+		# shellcheck disable=SC2086
+		kill -INT $pids 2>/dev/null
+	else
+		kill "$FIO_PID" 2>/dev/null
+	fi
 	wait "$FIO_PID" || rc=$?
 	FIO_PID=
 	((rc == 128 || rc == 130)) && rc=0
