@@ -523,6 +523,17 @@ impl Queue {
         })
     }
 
+    /// Handles CM event `event` ending this queue's connection, if it was established: error
+    /// recovery, or while connecting the abort of its commands in flight.
+    fn cm_lost(&self, event: bindings::rdma_cm_event_type) {
+        if self.is_established() {
+            let what = rdma::cm_event_msg(event);
+            self.ctrl()
+                .error_recovery(format_args!("queue {}: {}", self.qid, what));
+            self.lost_while_connecting(what, 0);
+        }
+    }
+
     /// Records a CM event for the waiting set-up step.
     fn cm_signal(&self, event: bindings::rdma_cm_event_type, status: i32) {
         self.cm_status.store(status, Ordering::Relaxed);
@@ -999,14 +1010,7 @@ unsafe extern "C" fn cm_handler(
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => {
-            if queue.is_established() {
-                queue.ctrl().error_recovery(format_args!(
-                    "queue {}: {}",
-                    queue.qid,
-                    rdma::cm_event_msg(event)
-                ));
-                queue.lost_while_connecting(rdma::cm_event_msg(event), 0);
-            }
+            queue.cm_lost(event);
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => {
@@ -1019,14 +1023,7 @@ unsafe extern "C" fn cm_handler(
             if let Some(dev) = Device::from_raw(unsafe { (*id).device }) {
                 queue.ctrl().block_device(dev);
             }
-            if queue.is_established() {
-                queue.ctrl().error_recovery(format_args!(
-                    "queue {}: {}",
-                    queue.qid,
-                    rdma::cm_event_msg(event)
-                ));
-                queue.lost_while_connecting(rdma::cm_event_msg(event), 0);
-            }
+            queue.cm_lost(event);
             queue.cm_signal(event, ENODEV.to_errno());
         }
         _ => {
