@@ -66,7 +66,8 @@ pub(crate) struct RdmaCtrl {
     err_work: Opaque<bindings::work_struct>,
     #[pin]
     reconnect_work: Opaque<bindings::delayed_work>,
-    /// Arms `reconnect_work`; `true` once `stop_ctrl` ran, after which nothing arms it again.
+    /// Arms `reconnect_work`; `true` once deletion stopped the controller, after which nothing
+    /// arms it again.
     #[pin]
     reconnect_gate: IrqLock<bool>,
     /// Aborts the commands in flight on queues that failed while connecting (see
@@ -1274,9 +1275,12 @@ unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
 unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: a live controller of ours.
     let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };
-    // Neither the error recovery flushed below, nor a device or port event, arms the reconnect
-    // work after it was cancelled.
-    *ctrl.reconnect_gate.lock() = true;
+    // The core stops the controller for deletion, and the reset work for a reset (after which
+    // it may reconnect). Once deleting, neither the error recovery flushed below nor a device
+    // or port event arms the reconnect work after it was cancelled.
+    if matches!(ctrl.nvme().state(), State::Deleting | State::DeletingNoIo) {
+        *ctrl.reconnect_gate.lock() = true;
+    }
     // SAFETY: our initialized work items.
     unsafe {
         bindings::flush_work(ctrl.err_work.get());

@@ -224,9 +224,12 @@ resets_with_device_events() {
 	echo "11 resets, $(dmesg_after "$mark" | grep -c 'rsrdma_x port 1 active') port events of rsrdma_x;" \
 		"reconnect attempts beside them: $n"
 	dmesg_after "$mark" | grep -E 'reconnect' | head -n 8
+	# A reset stops the controller as deletion does; it must still reconnect after a link loss.
+	cycle "link loss after the resets" "$ctrl" "ip link set $RXE_NETDEV down; sleep 2" \
+		"ip link set $RXE_NETDEV up" || rc=1
 	((rc == 0 && n == 0))
 }
-ktap_check "resets while another RDMA device flaps, goes and comes: one set-up at a time, I/O verified" \
+ktap_check "resets while another RDMA device flaps, goes and comes: one set-up at a time, I/O verified, reconnects after" \
 	resets_with_device_events "$ctrl" "$dev"
 probe_stop
 host_disconnect_all
