@@ -42,7 +42,6 @@ const HCTX_MAX_TYPES: usize = bindings::hctx_type_HCTX_MAX_TYPES as usize;
 struct CtrlConn {
     reg: Option<PoolReg>,
     pd: Pd,
-    dev: Device,
 }
 
 /// Reconnect bookkeeping, used only from the controller's work items.
@@ -88,8 +87,8 @@ pub(crate) struct RdmaCtrl {
     inline_size: AtomicU32,
     slot_size: u32,
     blocked_dev: AtomicPtr<bindings::ib_device>,
-    /// The device and port of `conn`, for device and port events, which cannot read the cell
-    /// while set-up or teardown replaces it.
+    /// The device and port of `conn`, set and cleared with it: device and port events cannot
+    /// read the cell while set-up or teardown replaces it.
     conn_dev: AtomicPtr<bindings::ib_device>,
     conn_port: AtomicU32,
     /// In the transport's controller list (creation completed).
@@ -304,13 +303,14 @@ impl RdmaCtrl {
         }
         // SAFETY: set-up work context (see `ConnCell`).
         if let Some(c) = unsafe { self.conn.get() } {
-            if c.dev != dev {
+            let cur = self.device().ok_or(errno::ENOTCONN())?;
+            if cur != dev {
                 log_err!(
                     self.nvme().as_ptr(),
                     "queue {} resolved to {}, not {}: all queues must use one RDMA device",
                     qid,
                     dev.name(),
-                    c.dev.name()
+                    cur.name()
                 );
                 return Err(EINVAL);
             }
@@ -333,7 +333,7 @@ impl RdmaCtrl {
             .lock()
             .set(format_args!("{} port {}", dev.name(), port));
         // SAFETY: set-up work, no connection installed: nothing else uses the cell.
-        unsafe { self.conn.replace(Some(CtrlConn { reg: None, pd, dev })) };
+        unsafe { self.conn.replace(Some(CtrlConn { reg: None, pd })) };
         self.conn_port.store(port, Ordering::Relaxed);
         self.conn_dev.store(dev.as_ptr(), Ordering::Release);
         // SAFETY: as above.
@@ -681,7 +681,9 @@ impl RdmaCtrl {
     fn register_pool(&self) -> Result {
         // SAFETY: set-up work context (see `ConnCell`).
         let c = unsafe { self.conn.get() }.ok_or(errno::ENOTCONN())?;
-        let reg = self.pool.map(c.dev, &c.pd)?;
+        let reg = self
+            .pool
+            .map(self.device().ok_or(errno::ENOTCONN())?, &c.pd)?;
         // Installed before its registration request is posted: should the request not
         // complete, the set-up's failure path drains the admin QP before `release_conn` drops
         // the region and its mapping.

@@ -372,7 +372,6 @@ fn submit(
     if qid != 0 && !queue.take_credit(u32::MAX) {
         return Err(ENOMEM);
     }
-    req.sent_on.store(qid, Ordering::Relaxed);
     // SAFETY: ring entry `tag` belongs to this request while it is in flight; `inline` names
     // registered pool memory.
     let res = unsafe { queue.post_command(conn, &sqe, Some(tag as usize), inline) };
