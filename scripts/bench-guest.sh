@@ -26,8 +26,13 @@ SECS=${BENCH_SECONDS:-3}
 BACKINGS=${BENCH_BACKINGS:-null mem own}
 NQN_BENCH=nqn.2026-11.io.rsrdma:bench
 OUTF=$RSRDMA_OUT/bench.jsonl
+RUNS=$RSRDMA_OUT/runs.txt
+RUN_SEQ=0
+CLK_TCK=$(getconf CLK_TCK)
 CPUS=$(nproc)
 : >"$OUTF"
+: >"$RUNS"
+mkdir -p "$RSRDMA_OUT/fio"
 
 # name rw bs iodepth numjobs
 JOBS=(
@@ -121,7 +126,9 @@ own_start() {
 
 busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
-# run_job BACKING TRANSPORT ROUND DEV "name rw bs iodepth numjobs": one fio run, one JSON line.
+# run_job BACKING TRANSPORT ROUND DEV "name rw bs iodepth numjobs": one fio run, its JSON output
+# in $RSRDMA_OUT/fio/ and a line in $RUNS for the host's `bench.py record` (Python's start-up
+# alone takes 1-3 s here, which once per run added minutes to the benchmark).
 run_job() {
 	local backing=$1 transport=$2 round=$3 dev=$4 name rw bs qd nj j0 j1 out
 	read -r name rw bs qd nj <<<"$5"
@@ -129,14 +136,15 @@ run_job() {
 	# vCPU (and so one queue) and the figure halves, for either transport.
 	local pin=()
 	((nj > 1)) && pin=(--cpus_allowed="0-$((CPUS - 1))" --cpus_allowed_policy=split)
+	out=fio/$backing-$transport-$round-$name-$((++RUN_SEQ)).json
 	j0=$(busy_jiffies)
-	out=$(cd /tmp && fio --output-format=json --name="$name" --filename="$dev" --direct=1 \
+	(cd /tmp && fio --output-format=json --name="$name" --filename="$dev" --direct=1 \
 		--ioengine=io_uring --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" "${pin[@]}" \
 		--group_reporting --time_based --runtime="$SECS" --ramp_time=1 --size=512m \
-		--norandommap --randrepeat=0 2>/dev/null)
+		--norandommap --randrepeat=0 >"$RSRDMA_OUT/$out" 2>/dev/null)
 	j1=$(busy_jiffies)
-	python3 "$RSRDMA_REPO/scripts/bench.py" record "$backing" "$transport" "$round" "$name" "$rw" "$bs" \
-		"$qd" "$nj" $((j1 - j0)) "$(getconf CLK_TCK)" <<<"$out" >>"$OUTF"
+	echo "$backing $transport $round $name $rw $bs $qd $nj $((j1 - j0)) $CLK_TCK $out" >>"$RUNS"
+	note "$backing $transport round $round $name: done"
 }
 
 connect() { # TRANSPORT PORT NQN: prints the block device

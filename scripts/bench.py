@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 """Records and reports the measurements of `make bench`.
 
-  bench.py record BACKING TRANSPORT ROUND JOB RW BS QD NJ JIFFIES HZ < fio.json   (guest)
-      (the JSON line on stdout, a summary line on stderr)
+  bench.py record RUNS bench.jsonl                                                  (host)
+      RUNS has a line per fio run: BACKING TRANSPORT ROUND JOB RW BS QD NJ JIFFIES HZ
+      FIO_JSON (the guest writes it, see scripts/bench-guest.sh; FIO_JSON relative to
+      RUNS's folder); appends a JSON line per run to bench.jsonl and prints a summary line
   bench.py report bench.jsonl OUT.json                                             (host)
 
 The report takes the median over rounds of each figure, per backing, transport and job,
@@ -13,19 +15,29 @@ in every round, so the ratio is the median of the per-round ratios of those pair
 also shows their range); without pairs it falls back to the ratio of the medians.
 """
 import json
+import os
 import sys
 
 
 def record(args):
-    backing, transport, rnd, name, rw, bs, qd, nj, jiffies, hz = args
+    runs, jsonl = args
+    folder = os.path.dirname(runs)
+    with open(runs) as f, open(jsonl, "a") as out:
+        for line in f:
+            if line.strip():
+                rec = record_one(line.split(), folder)
+                out.write(json.dumps(rec) + "\n")
+                summary(rec)
+
+
+def record_one(fields, folder):
+    backing, transport, rnd, name, rw, bs, qd, nj, jiffies, hz, fio_json = fields
     base = {"backing": backing, "transport": transport, "round": int(rnd), "job": name}
     try:
-        job = json.load(sys.stdin)["jobs"][0]
+        with open(os.path.join(folder, fio_json)) as f:
+            job = json.load(f)["jobs"][0]
     except Exception as e:  # fio failed: keep the record, marked
-        rec = {**base, "error": "no fio result: %s" % e}
-        print(json.dumps(rec))
-        summary(rec)
-        return
+        return {**base, "error": "no fio result: %s" % e}
     d = job["write"] if "write" in rw else job["read"]
     ios = max(d["total_ios"], 1)
     pct = d.get("clat_ns", {}).get("percentile", {})
@@ -44,17 +56,15 @@ def record(args):
         # fio's own threads only.
         "fio_cpu_us_per_io": (job["usr_cpu"] + job["sys_cpu"]) / 100 * runtime_ms * 1000 / ios,
     }
-    print(json.dumps(rec))
-    summary(rec)
+    return rec
 
 
 def summary(r):
     if "iops" in r:
         print("bench: %(backing)s %(transport)s round %(round)s %(job)s: %(iops).0f IOPS, "
-              "%(bw_mib_s).1f MiB/s, p50 %(lat_p50_us).0f us, %(cpu_us_per_io).0f us CPU/IO" % r,
-              file=sys.stderr)
+              "%(bw_mib_s).1f MiB/s, p50 %(lat_p50_us).0f us, %(cpu_us_per_io).0f us CPU/IO" % r)
     else:
-        print("bench: %s" % r, file=sys.stderr)
+        print("bench: %s" % r)
 
 
 # Figures of the table: (job, metric, label, higher is better)

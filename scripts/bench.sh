@@ -41,6 +41,9 @@ rc=0
 	BENCH_BACKINGS="${BENCH_BACKINGS:-}" BENCH_JOBS="${BENCH_JOBS:-}" \
 	BENCH_PROFILE="${BENCH_PROFILE:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" \
 	BENCH_RAW="${BENCH_RAW:-}" RXE_MTU="${RXE_MTU:-}" scripts/bench-guest.sh || rc=$?
+if [ -f "$out/runs.txt" ]; then
+	python3 "$here/bench.py" record "$out/runs.txt" "$out/bench.jsonl"
+fi
 python3 "$here/bench.py" report "$out/bench.jsonl" "$repo/results/bench-$stamp.json" | tee "$out/report.txt"
 for f in "$out"/profile-*.txt; do
 	[ -f "$f" ] && cat "$f"
