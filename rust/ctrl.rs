@@ -262,7 +262,9 @@ impl RdmaCtrl {
 
     /// The device the controller is connected through, if any.
     pub(crate) fn device(&self) -> Option<Device> {
-        Device::from_raw(self.conn_dev.load(Ordering::Acquire))
+        // SAFETY: `conn_dev` names the device of the installed connection, which is cleared
+        // before that connection is released, and device removal releases it first.
+        unsafe { Device::from_raw(self.conn_dev.load(Ordering::Acquire)) }
     }
 
     /// Whether the controller is connected through port `port` of `dev` (a connection being
@@ -351,10 +353,12 @@ impl RdmaCtrl {
     ) -> Result<&'static RdmaCtrl> {
         crate::options::validate(opts)?;
         opts.default_trsvcid(c_str!("4420"))?;
+        let cpus = kernel_num_online_cpus();
         opts.default_write_queues(crate::proto::spread::write_queues(
-            opts.nr_io_queues().min(kernel_num_online_cpus()),
+            opts.nr_io_queues().min(cpus),
             crate::glue::min_io_queues(),
         ));
+        crate::options::fit_queues(opts, cpus)?;
         let traddr = opts.traddr().ok_or(EINVAL)?;
         let (addr, endpoint) = parse_addr(traddr, opts.trsvcid()).inspect_err(|_| {
             log_err!(
@@ -364,6 +368,13 @@ impl RdmaCtrl {
                 opts.trsvcid().unwrap_or(c_str!(""))
             );
         })?;
+        if endpoint.port() == 0 {
+            log_err!(
+                core::ptr::null(),
+                "trsvcid: port 0 is not a valid NVMe/RDMA port"
+            );
+            return Err(EINVAL);
+        }
         let src_addr = match opts.host_traddr() {
             Some(h) => Some(parse_addr(h, None).map(|(ss, _)| ss).inspect_err(|_| {
                 log_err!(
@@ -390,10 +401,8 @@ impl RdmaCtrl {
             })?;
 
         let io_depth = (opts.queue_size() as u32).min(MAX_QUEUE_SIZE);
-        let nr_io = opts.total_io_queues();
-        let slot_size = crate::glue::slot_bytes()
-            .next_power_of_two()
-            .clamp(512, 1 << 20);
+        let nr_io = opts.total_io_queues(cpus);
+        let slot_size = crate::glue::slot_bytes();
         // The buddy allocator of the large area spans at most `BUDDY_MAX_AREA`.
         let io_large = crate::glue::io_pool_bytes().clamp(u64::from(MAX_IO_BYTES), BUDDY_MAX_AREA);
         let cfg = PoolConfig {
@@ -486,10 +495,15 @@ impl RdmaCtrl {
             n.put();
             return Err(e);
         }
+        // Before the controller can go LIVE, after which it may be deleted at any time.
+        // SAFETY: the directory is removed in `delete_ctrl` (or below), before the controller
+        // is freed.
+        *ctrl.debugfs.lock() = Some(unsafe { DebugDir::new(debugfs_root, n.name(), ctrl) });
         if !n.change_state(State::Connecting) {
             log_warn!(n.as_ptr(), "could not move a new controller to CONNECTING");
         }
         if let Err(f) = ctrl.setup(true) {
+            drop(ctrl.debugfs.lock().take());
             n.uninit();
             n.put();
             return Err(f.errno);
@@ -504,8 +518,6 @@ impl RdmaCtrl {
             u32::from(n.sqsize()) + 1,
             ctrl.pool.total_size() >> 10
         );
-        // SAFETY: the directory is removed in `delete_ctrl`, before the controller is freed.
-        *ctrl.debugfs.lock() = Some(unsafe { DebugDir::new(debugfs_root, n.name(), ctrl) });
         Ok(ctrl)
     }
 
@@ -792,10 +804,7 @@ impl RdmaCtrl {
         let mut n = self.nvme();
         let nptr = n.as_ptr();
         let opts = n.opts();
-        let cpus = kernel_num_online_cpus();
-        let wanted = opts.nr_io_queues().min(cpus)
-            + opts.nr_write_queues().min(cpus)
-            + opts.nr_poll_queues().min(cpus);
+        let wanted = opts.total_io_queues(kernel_num_online_cpus());
         let granted = n.negotiate_queue_count(wanted)?;
         if granted == 0 {
             log_err!(nptr, "unable to set any I/O queues");
@@ -1121,7 +1130,8 @@ impl RdmaCtrl {
     }
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds of the monotonic clock.
+pub(crate) fn now_ms() -> u64 {
     Ktime::ktime_get().to_ms().max(0) as u64
 }
 
@@ -1230,7 +1240,8 @@ unsafe extern "C" fn reset_work(work: *mut bindings::work_struct) {
 unsafe extern "C" fn free_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: the core frees one of our controllers; nothing uses it afterwards.
     let ctrl = unsafe { RdmaCtrl::from_nvme(nctrl) };
-    if ctrl.listed.load(Ordering::Acquire) {
+    let listed = ctrl.listed.load(Ordering::Acquire);
+    if listed {
         crate::registration::unlist(ctrl);
         // SAFETY: after a successful creation the options are ours to free, as in C.
         unsafe { bindings::nvmf_free_options((*nctrl).opts) };
@@ -1238,6 +1249,10 @@ unsafe extern "C" fn free_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // SAFETY: allocated with `KBox::into_raw` in `create`; no connection is left (teardown
     // released it) and no work item is pending (`stop_ctrl`).
     drop(unsafe { KBox::from_raw(ctrl as *const RdmaCtrl as *mut RdmaCtrl) });
+    if listed {
+        // Module unload may go on once this returns.
+        crate::registration::released();
+    }
 }
 
 /// `nvme_ctrl_ops::submit_async_event`.

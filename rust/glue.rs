@@ -146,10 +146,11 @@ pub(crate) fn module_present(name: &kernel::str::CStr) -> bool {
     unsafe { bindings::rsrdma_module_present(name.as_char_ptr()) }
 }
 
-/// The per-tag slot size in bytes (`slot_kib`).
+/// The per-tag slot size in bytes: `slot_kib` rounded up to a power of two, 512 bytes to 1 MiB.
 pub(crate) fn slot_bytes() -> u32 {
     // SAFETY: a module parameter, read-only (0444) after load.
-    unsafe { bindings::rsrdma_slot_kib }.saturating_mul(1024)
+    let kib = unsafe { bindings::rsrdma_slot_kib }.min(1024);
+    (kib * 1024).next_power_of_two().clamp(512, 1 << 20)
 }
 
 /// The size in bytes of a controller's I/O large area (`io_pool_mib`).

@@ -312,8 +312,10 @@ fn submit(
         let slice = data.slice;
         if is_write {
             copy_data(ctrl.pool(), rq, slice, true);
-            reg.sync_for_device(slice);
         }
+        // The device owns the slice until the response: it reads a write's data, it writes
+        // a read's (a no-op with coherent DMA or soft-RoCE).
+        reg.sync_for_device(slice);
         let addr = reg.iova(slice.offset);
         if is_write && ctrl.inline_fits(qid, len) && !data.large {
             inline = Some(bindings::ib_sge {

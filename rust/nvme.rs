@@ -424,9 +424,41 @@ impl Options {
         }
     }
 
-    /// Total I/O queues asked for (default + write + poll), as the core counts them.
-    pub(crate) fn total_io_queues(&self) -> u32 {
-        self.nr_io_queues() + self.nr_write_queues() + self.nr_poll_queues()
+    /// Total I/O queues asked for (default + write + poll), each kind limited to `cpus` as the
+    /// core counts them (`nvmf_nr_io_queues`): the core bounds only `nr_io_queues` when it
+    /// parses the options, the other two may be anything up to `INT_MAX`.
+    pub(crate) fn total_io_queues(&self, cpus: u32) -> u32 {
+        self.nr_io_queues()
+            .min(cpus)
+            .saturating_add(self.nr_write_queues().min(cpus))
+            .saturating_add(self.nr_poll_queues().min(cpus))
+    }
+
+    /// Whether the user set `nr_io_queues` (otherwise the core defaulted it to the number of
+    /// online CPUs).
+    pub(crate) fn nr_io_queues_given(&self) -> bool {
+        self.raw().mask & bindings::NVMF_OPT_NR_IO_QUEUES != 0
+    }
+
+    /// Limits each of the three queue counts to `cpus`, as the core limits `nr_io_queues`
+    /// when it parses them: `nvmf_set_io_queues` hands the granted queues out by the counts
+    /// asked for, and a write queue count above the CPUs would take the poll queues' share and
+    /// leave hardware queues no CPU maps to (whose Connect then fails with `EXDEV`).
+    pub(crate) fn limit_queue_counts(&self, cpus: u32) {
+        // SAFETY: valid options (type invariant), not yet shared with the core's users: the
+        // transport's create_ctrl owns them until the controller is created.
+        unsafe {
+            (*self.0).nr_io_queues = (*self.0).nr_io_queues.min(cpus);
+            (*self.0).nr_write_queues = (*self.0).nr_write_queues.min(cpus);
+            (*self.0).nr_poll_queues = (*self.0).nr_poll_queues.min(cpus);
+        }
+    }
+
+    /// Lowers the default I/O queue count to `n`.
+    pub(crate) fn limit_io_queues(&self, n: u32) {
+        // SAFETY: valid options (type invariant), not yet shared with the core's users: the
+        // transport's create_ctrl owns them until the controller is created.
+        unsafe { (*self.0).nr_io_queues = (*self.0).nr_io_queues.min(n) };
     }
 
     /// Sets trsvcid to the NVMe/RDMA port when the user gave none.

@@ -6,31 +6,16 @@
 //! TCP-only ones), and out-of-range queue sizes. What is left are limits of this transport;
 //! each refusal is one log line naming the option.
 
-use crate::glue::log_err;
+use crate::glue::{log_err, log_info};
 use crate::nvme::Options;
 use crate::proto::pool::MAX_QUEUES;
 use kernel::prelude::*;
 
 /// Validates `opts` for this transport.
 pub(crate) fn validate(opts: Options) -> Result {
-    let nr_io = opts.total_io_queues();
-    if nr_io > u32::from(MAX_QUEUES) - 1 {
-        log_err!(core::ptr::null(), "nr_io_queues + nr_write_queues + nr_poll_queues = {} exceeds the {} I/O queues the transport supports",
-            nr_io, MAX_QUEUES - 1);
-        return Err(EINVAL);
-    }
     if opts.traddr().is_none() {
         log_err!(core::ptr::null(), "traddr is required");
         return Err(EINVAL);
-    }
-    if let Some(port) = opts.trsvcid() {
-        if port.as_bytes().iter().all(|&c| c == b'0') {
-            log_err!(
-                core::ptr::null(),
-                "trsvcid: port 0 is not a valid NVMe/RDMA port"
-            );
-            return Err(EINVAL);
-        }
     }
     if opts.reconnect_delay() == 0 {
         log_err!(
@@ -40,4 +25,31 @@ pub(crate) fn validate(opts: Options) -> Result {
         return Err(EINVAL);
     }
     Ok(())
+}
+
+/// Limits each kind of I/O queue asked for to `cpus` (the core does it for `nr_io_queues` only),
+/// then fits their total into the transport's `MAX_QUEUES - 1`: the default I/O queue count (one
+/// per online CPU) is lowered to fit; counts the user gave that do not fit are refused.
+pub(crate) fn fit_queues(opts: Options, cpus: u32) -> Result {
+    opts.limit_queue_counts(cpus);
+    let max = u32::from(MAX_QUEUES) - 1;
+    let total = opts.total_io_queues(cpus);
+    if total <= max {
+        return Ok(());
+    }
+    let others = total - opts.nr_io_queues().min(cpus);
+    if !opts.nr_io_queues_given() && others < max {
+        opts.limit_io_queues(max - others);
+        log_info!(
+            core::ptr::null(),
+            "{} online CPUs: using {} I/O queues, the transport supports {} in all",
+            cpus,
+            max - others,
+            max
+        );
+        return Ok(());
+    }
+    log_err!(core::ptr::null(), "nr_io_queues + nr_write_queues + nr_poll_queues = {} exceeds the {} I/O queues the transport supports",
+        total, max);
+    Err(EINVAL)
 }

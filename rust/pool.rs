@@ -174,8 +174,9 @@ impl Pool {
     }
 
     /// Finds room for `len` bytes of data of tag `tag` on queue `qid`: the tag's own slot when
-    /// it fits, else a block of the large area. `None` means "not now": the large area is full
-    /// and the request must be retried when some I/O completes.
+    /// it fits, else a block of the large area. `None` means "not now": the large area is full,
+    /// or held for a larger transfer that is waiting (see `proto::pool::Buddy`), and the request
+    /// must be retried when some I/O completes.
     pub(crate) fn alloc(&self, qid: u16, tag: u32, len: u32) -> Option<DataSlice> {
         let region = self.layout.region(qid)?;
         if len <= region.slot_size {
@@ -190,7 +191,8 @@ impl Pool {
                 large: false,
             });
         }
-        match self.large(qid).lock().alloc(len) {
+        let now = crate::ctrl::now_ms();
+        match self.large(qid).lock().alloc(len, now) {
             Some(slice) => Some(DataSlice { slice, large: true }),
             None => {
                 self.large_failures.fetch_add(1, Ordering::Relaxed);
@@ -274,14 +276,16 @@ impl Pool {
 
         let mut maps = KVec::with_capacity(self.chunks.len(), GFP_KERNEL)?;
         for c in self.chunks.iter() {
-            maps.push(
+            // SAFETY: the chunk is `chunk` bytes and outlives the registration, which is
+            // dropped before the pool (see `Chunk`).
+            let map = unsafe {
                 dev.map_single(
                     c.va.as_ptr().cast::<c_void>(),
                     chunk as usize,
                     DmaDir::Bidirectional,
-                )?,
-                GFP_KERNEL,
-            )?;
+                )
+            }?;
+            maps.push(map, GFP_KERNEL)?;
         }
 
         let n = self.chunks.len();
@@ -353,7 +357,7 @@ impl PoolReg {
         self.mr.iova() + offset
     }
 
-    /// Hands a slice to the device (after the CPU wrote it).
+    /// Hands a slice to the device, before a command names it.
     pub(crate) fn sync_for_device(&self, slice: Slice) {
         for (chunk, off, n) in chunk_spans(slice.offset, slice.len, self.chunk_size) {
             self.maps[chunk].sync_for_device(off, n);

@@ -131,6 +131,9 @@ impl Conn {
 /// An NVMe/RDMA queue.
 #[pin_data]
 pub(crate) struct Queue {
+    /// First, so that a connection still installed when the queue is dropped goes before the
+    /// rings and completion entries its QP refers to (teardown normally freed it already).
+    conn: ConnCell<Conn>,
     ctrl: *const RdmaCtrl,
     qid: u16,
     /// Number of entries of the rings (largest depth this queue may be connected with).
@@ -158,7 +161,6 @@ pub(crate) struct Queue {
     /// from other queues (see `mq::submit`); never more than `credits`, the receives posted.
     outstanding: AtomicU32,
     credits: AtomicU32,
-    conn: ConnCell<Conn>,
     stats: QueueStats,
 }
 
@@ -341,16 +343,23 @@ impl Queue {
         }
         let pd = ctrl.pd_for(self.qid, dev, cm_id.port_num())?;
 
-        let sqe_map = dev.map_single(
-            self.sqes.ptr.as_ptr().cast(),
-            self.sqes.len,
-            DmaDir::ToDevice,
-        )?;
-        let rsp_map = dev.map_single(
-            self.rsps.ptr.as_ptr().cast(),
-            self.rsps.len,
-            DmaDir::FromDevice,
-        )?;
+        // SAFETY: the rings live as long as the queue, which outlives its connections and so
+        // their mappings.
+        let sqe_map = unsafe {
+            dev.map_single(
+                self.sqes.ptr.as_ptr().cast(),
+                self.sqes.len,
+                DmaDir::ToDevice,
+            )
+        }?;
+        // SAFETY: as above.
+        let rsp_map = unsafe {
+            dev.map_single(
+                self.rsps.ptr.as_ptr().cast(),
+                self.rsps.len,
+                DmaDir::FromDevice,
+            )
+        }?;
         // One CQE per receive and per send queue entry (a flush completes unsignaled sends
         // too), plus the registration, the AEN and the drain's two.
         let cq_size = 3 * depth + 6;
@@ -1019,8 +1028,9 @@ unsafe extern "C" fn cm_handler(
             // did not (being created, say). The CM waits until the id is destroyed: the
             // controller stops using the device, and its teardown destroys the id instead of
             // parking it.
-            // SAFETY: the id is valid for the call; its device is set once it is bound.
-            if let Some(dev) = Device::from_raw(unsafe { (*id).device }) {
+            // SAFETY: the id is valid for the call; its device is set once it is bound, and
+            // its removal waits for this handler.
+            if let Some(dev) = unsafe { Device::from_raw((*id).device) } {
                 queue.ctrl().block_device(dev);
             }
             queue.cm_lost(event);

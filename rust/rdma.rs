@@ -31,8 +31,13 @@ unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 impl Device {
-    /// Wraps a device pointer from the RDMA core (CM id, client callback).
-    pub(crate) fn from_raw(dev: *mut bindings::ib_device) -> Option<Self> {
+    /// Wraps a device pointer from the RDMA core (CM id, client callback); `None` for null.
+    ///
+    /// # Safety
+    ///
+    /// A non-null `dev` must be a registered device that stays registered for as long as the
+    /// handle is used.
+    pub(crate) unsafe fn from_raw(dev: *mut bindings::ib_device) -> Option<Self> {
         NonNull::new(dev).map(Self)
     }
 
@@ -96,14 +101,17 @@ impl Device {
     }
 
     /// Maps `len` bytes at `cpu_addr` for DMA in direction `dir`.
-    pub(crate) fn map_single(
+    ///
+    /// # Safety
+    ///
+    /// `cpu_addr` must point to `len` bytes of kernel memory that outlive the returned mapping.
+    pub(crate) unsafe fn map_single(
         self,
         cpu_addr: *mut c_void,
         len: usize,
         dir: DmaDir,
     ) -> Result<DmaMap> {
-        // SAFETY: the caller owns `len` bytes at `cpu_addr` for as long as the mapping exists
-        // (`DmaMap` is dropped before the memory, see its users).
+        // SAFETY: per the contract, `len` bytes at `cpu_addr` outlive the mapping.
         let addr =
             unsafe { bindings::rsrdma_dma_map_single(self.as_ptr(), cpu_addr, len, dir.raw()) };
         // SAFETY: `addr` came from this device's mapping call.
@@ -151,9 +159,17 @@ impl DmaMap {
         self.addr
     }
 
-    /// Hands `[offset, offset + len)` to the CPU.
+    /// Whether `[offset, offset + len)` lies in the mapping.
+    fn holds(&self, offset: usize, len: usize) -> bool {
+        offset.checked_add(len).is_some_and(|end| end <= self.len)
+    }
+
+    /// Hands `[offset, offset + len)` to the CPU; a range outside the mapping is ignored.
     pub(crate) fn sync_for_cpu(&self, offset: usize, len: usize) {
-        // SAFETY: the range is inside the mapping (callers pass ranges of their buffer).
+        if !self.holds(offset, len) {
+            return;
+        }
+        // SAFETY: the range is inside the mapping, checked above.
         unsafe {
             bindings::rsrdma_dma_sync_for_cpu(
                 self.dev.as_ptr(),
@@ -164,8 +180,12 @@ impl DmaMap {
         }
     }
 
-    /// Hands `[offset, offset + len)` back to the device.
+    /// Hands `[offset, offset + len)` back to the device; a range outside the mapping is
+    /// ignored.
     pub(crate) fn sync_for_device(&self, offset: usize, len: usize) {
+        if !self.holds(offset, len) {
+            return;
+        }
         // SAFETY: as in `sync_for_cpu`.
         unsafe {
             bindings::rsrdma_dma_sync_for_device(
@@ -258,8 +278,9 @@ impl CmId {
 
     /// The device the id is bound to, once its address is resolved.
     pub(crate) fn device(&self) -> Option<Device> {
-        // SAFETY: the id is owned; `device` is set by address resolution.
-        Device::from_raw(unsafe { (*self.as_ptr()).device })
+        // SAFETY: the id is owned; `device` is set by address resolution, and the device stays
+        // registered while an id is bound to it (its removal waits for the id's destruction).
+        unsafe { Device::from_raw((*self.as_ptr()).device) }
     }
 
     /// The device port the id is bound to, once its address is resolved.
@@ -601,6 +622,8 @@ unsafe impl Sync for EventWatch {}
 impl EventWatch {
     pub(crate) fn new(dev: Device, handler: EventHandler) -> impl PinInit<Self> {
         pin_init!(Self {
+            // Set before the handler is registered: an event may be delivered at once.
+            ports_down: core::sync::atomic::AtomicU64::new(0),
             // SAFETY: the handler is initialized in place, then registered; it stays pinned
             // until `drop` unregisters it, and `dev` is alive until its ib_client `remove`,
             // where the watch is dropped.
@@ -612,7 +635,6 @@ impl EventWatch {
                 });
                 bindings::ib_register_event_handler(h);
             }),
-            ports_down: core::sync::atomic::AtomicU64::new(0),
         })
     }
 

@@ -17,7 +17,7 @@ use kernel::c_str;
 use kernel::error::to_result;
 use kernel::init::pin_init_from_closure;
 use kernel::prelude::*;
-use kernel::sync::Mutex;
+use kernel::sync::{CondVar, Mutex};
 use kernel::types::Opaque;
 
 /// Connect options the transport accepts beyond the core's common ones, as the C rdma
@@ -97,6 +97,13 @@ unsafe extern "C" fn create_ctrl(
     // SAFETY: the core passes options it owns until `create_ctrl` returns (and, on success,
     // until the controller frees them).
     let opts = unsafe { Options::from_raw(opts) };
+    // Room in the list first, so that a created controller is always listed: the fabrics core
+    // creates controllers one at a time (under its `nvmf_dev_mutex`), so nothing takes this
+    // room before `list` does.
+    if reg.ctrls.lock().reserve(1, GFP_KERNEL).is_err() {
+        log_err!(core::ptr::null(), "out of memory listing a new controller");
+        return ENOMEM.to_ptr();
+    }
     match RdmaCtrl::create(dev, opts, reg.ctrl_ops.get(), reg.debugfs.as_ptr()) {
         Ok(ctrl) => {
             reg.list(ctrl);
@@ -126,6 +133,12 @@ pub(crate) struct Registry {
     watches: Mutex<KVec<(Device, Pin<KBox<EventWatch>>)>>,
     #[pin]
     parked: Mutex<KVec<CmId>>,
+    /// Listed controllers not yet freed: they run module code until their `free_ctrl` returns.
+    #[pin]
+    alive: Mutex<usize>,
+    /// Signalled when `alive` drops.
+    #[pin]
+    freed: CondVar,
     /// `/sys/kernel/debug/nvme_rsrdma`, removed last.
     debugfs: DebugDir,
 }
@@ -153,6 +166,8 @@ impl Registry {
             ctrl_ops: Opaque::new(ctrl::ctrl_ops(name, module.as_ptr().cast())),
             watches <- kernel::new_mutex!(KVec::new()),
             parked <- kernel::new_mutex!(KVec::new()),
+            alive <- kernel::new_mutex!(0),
+            freed <- kernel::new_condvar!(),
             debugfs: DebugDir::root(),
         }? Error)
     }
@@ -164,8 +179,15 @@ impl Registry {
 
     fn list(&self, ctrl: &RdmaCtrl) {
         let mut ctrls = self.ctrls.lock();
+        // Within the room `create_ctrl` reserved.
         if ctrls.push(CtrlRef(ctrl), GFP_KERNEL).is_ok() {
             ctrl.listed.store(true, Ordering::Release);
+            *self.alive.lock() += 1;
+        } else {
+            log_err!(
+                ctrl.nvme().as_ptr(),
+                "controller not listed (out of memory)"
+            );
         }
     }
 
@@ -194,22 +216,35 @@ impl Registry {
     }
 
     /// Deletes every controller and waits for the deletions (module unload).
+    ///
+    /// Returns once every controller is freed: one may outlive its deletion while something
+    /// still holds a reference (an open `/dev/nvme-fabrics` that created it, a deletion through
+    /// sysfs still running in the writer's context), and its `free_ctrl` is module code.
     pub(crate) fn delete_all(&self) {
-        for c in self.get_all() {
-            // SAFETY: referenced by `get_all`.
-            let ctrl = unsafe { &*c.0 };
-            ctrl.nvme().delete();
-            ctrl.nvme().put();
-        }
-        // SAFETY: the core's delete workqueue.
-        unsafe { bindings::rsrdma_flush_workqueue(bindings::nvme_delete_wq) };
-        let left = self.ctrls.lock().len();
-        if left != 0 {
-            log_err!(
-                core::ptr::null(),
-                "{} controllers still referenced at unload",
-                left
-            );
+        let mut logged = false;
+        loop {
+            for c in self.get_all() {
+                // SAFETY: referenced by `get_all`.
+                let ctrl = unsafe { &*c.0 };
+                ctrl.nvme().delete();
+                ctrl.nvme().put();
+            }
+            // SAFETY: the core's delete workqueue.
+            unsafe { bindings::rsrdma_flush_workqueue(bindings::nvme_delete_wq) };
+            let mut alive = self.alive.lock();
+            if *alive == 0 {
+                return;
+            }
+            if !logged {
+                log_info!(
+                    core::ptr::null(),
+                    "waiting for {} controller(s) still referenced",
+                    *alive
+                );
+                logged = true;
+            }
+            // Then list them again: a listing that ran out of memory is retried.
+            self.freed.wait(&mut alive);
         }
     }
 
@@ -290,6 +325,15 @@ pub(crate) fn unlist(ctrl: &RdmaCtrl) {
     }
 }
 
+/// Counts a listed controller as freed: the last thing its `free_ctrl` does.
+pub(crate) fn released() {
+    if let Some(reg) = registry() {
+        let mut alive = reg.alive.lock();
+        *alive -= 1;
+        reg.freed.notify_all();
+    }
+}
+
 /// Whether a controller with the same association (host NQN and ID, addresses, subsystem)
 /// exists, for `duplicate_connect`.
 pub(crate) fn existing_controller(opts: Options) -> bool {
@@ -351,7 +395,9 @@ impl PinnedDrop for ClientRegistration {
 ///
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
-    let Some(dev) = Device::from_raw(dev) else {
+    // SAFETY: the RDMA core passes a registered device; it stays registered until our client's
+    // `remove` for it has returned, which drops the handles the transport keeps of it.
+    let Some(dev) = (unsafe { Device::from_raw(dev) }) else {
         return 0;
     };
     log_info!(core::ptr::null(), "RDMA device {} added", dev.name());
@@ -394,7 +440,9 @@ unsafe extern "C" fn device_remove(
     dev: *mut bindings::ib_device,
     _client_data: *mut kernel::ffi::c_void,
 ) {
-    let Some(dev) = Device::from_raw(dev) else {
+    // SAFETY: the RDMA core passes a registered device; it stays registered until our client's
+    // `remove` for it has returned, which drops the handles the transport keeps of it.
+    let Some(dev) = (unsafe { Device::from_raw(dev) }) else {
         return;
     };
     let mut users = 0;
@@ -449,7 +497,9 @@ unsafe extern "C" fn device_remove(
 unsafe extern "C" fn port_event(h: *mut bindings::ib_event_handler, ev: *mut bindings::ib_event) {
     // SAFETY: valid for the call.
     let (event, dev, port) = unsafe { ((*ev).event, (*ev).device, (*ev).element.port_num) };
-    let Some(dev) = Device::from_raw(dev) else {
+    // SAFETY: the RDMA core passes a registered device; it stays registered until our client's
+    // `remove` for it has returned, which drops the handles the transport keeps of it.
+    let Some(dev) = (unsafe { Device::from_raw(dev) }) else {
         return;
     };
     let active = match event {

@@ -66,8 +66,16 @@ impl kernel::Module for RsRdma {
         registry.as_ref().publish();
         let client = KBox::pin_init(ClientRegistration::new(), GFP_KERNEL)
             .inspect_err(|_| registry.unpublish())?;
-        let transport = KBox::pin_init(TransportRegistration::new(name, module), GFP_KERNEL)
-            .inspect_err(|_| registry.unpublish())?;
+        let transport = match KBox::pin_init(TransportRegistration::new(name, module), GFP_KERNEL) {
+            Ok(t) => t,
+            Err(e) => {
+                // The client first: its device removal needs the registry to unregister the
+                // port event handlers.
+                drop(client);
+                registry.unpublish();
+                return Err(e);
+            }
+        };
         log_info!(
             core::ptr::null(),
             "fabrics transport \"{}\" registered",

@@ -36,14 +36,20 @@ impl<T> IrqLock<T> {
     pub(crate) fn lock(&self) -> IrqGuard<'_, T> {
         // SAFETY: the lock was initialized by `new`.
         let flags = unsafe { bindings::rsrdma_spin_lock_irqsave(self.lock.get()) };
-        IrqGuard { lock: self, flags }
+        IrqGuard {
+            lock: self,
+            flags,
+            _not_send: core::marker::PhantomData,
+        }
     }
 }
 
-/// Holds an [`IrqLock`]; released on drop.
+/// Holds an [`IrqLock`]; released on drop, on the CPU that took it (interrupts stay off in
+/// between), so it is neither `Send` nor `Sync`.
 pub(crate) struct IrqGuard<'a, T> {
     lock: &'a IrqLock<T>,
     flags: kernel::ffi::c_ulong,
+    _not_send: core::marker::PhantomData<*mut ()>,
 }
 
 impl<T> Deref for IrqGuard<'_, T> {

@@ -30,6 +30,7 @@ cases=(
 	"IPv4 with no RDMA device (loopback)|transport=$T,traddr=127.0.0.1,trsvcid=$TARGET_PORT,$N|error *|queue 0: "
 	"unroutable address|transport=$T,traddr=192.0.2.1,trsvcid=$TARGET_PORT,$N|error *|queue 0: "
 	"port 0|transport=$T,traddr=$TARGET_ADDR,trsvcid=0,$N|error Invalid argument|trsvcid: port 0"
+	"port 0 in hex|transport=$T,traddr=$TARGET_ADDR,trsvcid=0x0,$N|error Invalid argument|trsvcid: port 0"
 	"port 65536|transport=$T,traddr=$TARGET_ADDR,trsvcid=65536,$N|error Invalid argument|traddr: malformed address"
 	"port not a number|transport=$T,traddr=$TARGET_ADDR,trsvcid=http,$N|error Invalid argument|traddr: malformed address"
 	"queue_size 0|transport=$T,$A,$N,queue_size=0|error Invalid argument|[Ii]nvalid queue_size"
@@ -38,6 +39,7 @@ cases=(
 	"queue_size 1024 (clamped)|transport=$T,$A,$N,queue_size=1024|ok|clamping down"
 	"nr_io_queues 0|transport=$T,$A,$N,nr_io_queues=0|error Invalid argument|[Ii]nvalid number of IOQs"
 	"nr_io_queues 100000 (clamped)|transport=$T,$A,$N,nr_io_queues=100000|ok|creating [0-9]+ I/O queues"
+	"nr_write/poll_queues INT_MAX (each clamped to the CPUs)|transport=$T,$A,$N,nr_write_queues=2147483647,nr_poll_queues=2147483647|ok|creating [0-9]+ I/O queues"
 	"nr_write_queues -1|transport=$T,$A,$N,nr_write_queues=-1|error Invalid argument|Invalid nr_write_queues"
 	"nr_poll_queues not a number|transport=$T,$A,$N,nr_poll_queues=many|error Invalid argument|[Ii]nvalid|unknown parameter"
 	"reconnect_delay 0|transport=$T,$A,$N,reconnect_delay=0|error Invalid argument|[Ii]nvalid reconnect_delay"
@@ -114,6 +116,50 @@ ktap_diag "nvme connect -Q 8: status $rc: $out"
 ktap_check "nvme connect with queue size 8 fails" test "$rc" -ne 0
 host_disconnect_all >/dev/null 2>&1
 
-ktap_check "module unloads" host_unload
+# The descriptor of /dev/nvme-fabrics that created a controller holds a reference to it until
+# it is closed, and the controller's last put runs the module's free_ctrl: unloading must wait
+# for that close, then finish.
+unload_waits_for_fabrics_fd() {
+	local fd line pid mark rc=0
+	exec {fd}<>/dev/nvme-fabrics || return 1
+	if ! { printf '%s' "transport=$T,$A,$N" >&"$fd" && read -r -u "$fd" line; }; then
+		ktap_diag "connect through the held descriptor failed"
+		exec {fd}>&-
+		return 1
+	fi
+	ktap_diag "connected through the held descriptor: $line"
+	mark=$(kmsg_mark)
+	# Without the descriptor: rmmod would hold it open itself and wait for its own close.
+	(
+		exec {fd}>&-
+		exec rmmod nvme_rsrdma
+	) &
+	pid=$!
+	if wait_for 30 eval 'dmesg_after "$mark" | grep -q "waiting for 1 controller(s) still referenced"'; then
+		sleep 1
+		if kill -0 "$pid" 2>/dev/null; then
+			ktap_diag "rmmod waits while the descriptor is open"
+		else
+			ktap_diag "rmmod returned before the descriptor was closed"
+			rc=1
+		fi
+	else
+		ktap_diag "no 'waiting for 1 controller(s) still referenced' within 30 s: $(dmesg_after "$mark" | tail -n 5)"
+		rc=1
+	fi
+	exec {fd}>&-
+	if ! wait "$pid"; then
+		ktap_diag "rmmod failed"
+		rc=1
+	fi
+	if _module_loaded nvme_rsrdma; then
+		ktap_diag "module still loaded"
+		rc=1
+	fi
+	# After the connect: drop-in mode's guard against the core loading the C nvme-rdma for it.
+	rm -f "$DROPIN_MODPROBE_CONF"
+	return $rc
+}
+ktap_check "module unload waits for a controller an open /dev/nvme-fabrics holds" unload_waits_for_fabrics_fd
 ktap_check "kernel log clean" dmesg_check_clean
 ktap_finish

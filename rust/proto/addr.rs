@@ -39,6 +39,13 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// The port.
+    pub fn port(&self) -> u16 {
+        match *self {
+            Self::V4 { port, .. } | Self::V6 { port, .. } => port,
+        }
+    }
+
     /// Decodes the bytes of a `struct sockaddr_in` or `struct sockaddr_in6`
     /// (the family in host byte order, the port in network byte order).
     /// `None` for another family or too few bytes.

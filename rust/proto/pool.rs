@@ -426,6 +426,13 @@ fn order_for(len: u32) -> Option<u32> {
 /// refuse double frees and slices it did not hand out. The structure is
 /// about 2 KiB and needs no heap.
 ///
+/// A transfer that finds no block large enough reserves its block size for
+/// [`RESERVATION_MS`], renewed by each of its retries: until a block that
+/// large is allocated, a smaller transfer is refused any block whose taking
+/// would leave none that large free. Without it, a large transfer waiting
+/// for a whole aligned block could wait as long as smaller ones kept
+/// refilling each hole that opens in it.
+///
 /// [`free`]: Buddy::free
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Buddy {
@@ -435,6 +442,20 @@ pub struct Buddy {
     nr_leaves: usize,
     in_use: u64,
     high_water: u64,
+    reserved: Option<Reservation>,
+}
+
+/// How long a reservation of [`Buddy`] outlives the last failed allocation
+/// that made or renewed it: a waiting transfer is retried every few
+/// milliseconds, and one that is no longer retried (cancelled, failed over)
+/// must not hold the area back.
+pub const RESERVATION_MS: u64 = 100;
+
+/// The block order a waiting transfer needs, and until when it is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reservation {
+    order: u32,
+    until_ms: u64,
 }
 
 impl Buddy {
@@ -455,6 +476,7 @@ impl Buddy {
             nr_leaves,
             in_use: 0,
             high_water: 0,
+            reserved: None,
         };
         // Top-level blocks, largest first: each starts at a multiple of its
         // size since all blocks before it are larger powers of two.
@@ -484,12 +506,56 @@ impl Buddy {
         Some(found - base)
     }
 
-    /// Allocates a block for `len` bytes and returns its start with length
-    /// `len`, or `None` if `len` is 0 or no free block is large enough.
-    pub fn alloc(&mut self, len: u32) -> Option<Slice> {
+    /// Allocates a block for `len` bytes at time `now_ms` (milliseconds, of
+    /// any monotonic clock) and returns its start with length `len`, or
+    /// `None` if `len` is 0, no free block is large enough, or the block
+    /// would break the last one a waiting larger transfer can use (see
+    /// [`Buddy`]).
+    pub fn alloc(&mut self, len: u32, now_ms: u64) -> Option<Slice> {
         let order = order_for(len)?;
-        let (mut cur, mut index) =
-            (order..=BUDDY_MAX_ORDER).find_map(|o| Some((o, self.first_free(o)?)))?;
+        let reserved = match self.reserved {
+            Some(r) if now_ms < r.until_ms => Some(r.order),
+            _ => None,
+        };
+        let Some((cur, index)) =
+            (order..=BUDDY_MAX_ORDER).find_map(|o| Some((o, self.first_free(o)?)))
+        else {
+            self.reserve(order, now_ms);
+            return None;
+        };
+        let slice = self.take(order, cur, index, len);
+        match reserved {
+            Some(r) if order < r => {
+                if !(r..=BUDDY_MAX_ORDER).any(|o| self.first_free(o).is_some()) {
+                    // Undone exactly: the block merges back as it was split.
+                    self.free(slice);
+                    return None;
+                }
+            }
+            _ => self.reserved = None,
+        }
+        self.high_water = self.high_water.max(self.in_use);
+        Some(slice)
+    }
+
+    /// Makes or renews the reservation of a transfer of `order` that found
+    /// no block; the largest such transfer is served first.
+    fn reserve(&mut self, order: u32, now_ms: u64) {
+        // Only for a block the area can hold at all (its largest top-level
+        // block); a larger one would hold everything else back for nothing.
+        if self.nr_leaves >> order == 0 {
+            return;
+        }
+        let until_ms = now_ms.saturating_add(RESERVATION_MS);
+        self.reserved = match self.reserved {
+            Some(r) if now_ms < r.until_ms && r.order > order => Some(r),
+            _ => Some(Reservation { order, until_ms }),
+        };
+    }
+
+    /// Allocates free block `index` of order `cur` for `len` bytes, split
+    /// down to `order`.
+    fn take(&mut self, order: u32, mut cur: u32, mut index: usize, len: u32) -> Slice {
         self.free.clear(node(cur, index));
         // Split down to the requested order, freeing the upper halves.
         while cur > order {
@@ -499,12 +565,11 @@ impl Buddy {
         }
         self.allocated.set(node(order, index));
         self.in_use = self.in_use.saturating_add(BUDDY_GRANULE << order);
-        self.high_water = self.high_water.max(self.in_use);
         let leaf = (index as u64) << order;
-        Some(Slice {
+        Slice {
             offset: self.area_offset + leaf * BUDDY_GRANULE,
             len,
-        })
+        }
     }
 
     /// Frees a slice returned by [`Buddy::alloc`] (the same offset, and a
@@ -809,7 +874,7 @@ mod tests {
         assert!(Buddy::new(u64::MAX - 4096, 4096).is_some());
         let mut empty = Buddy::new(0, 0).unwrap();
         assert_eq!(empty.largest_free(), 0);
-        assert_eq!(empty.alloc(1), None);
+        assert_eq!(empty.alloc_unreserved(1), None);
         assert!(!empty.free(Slice { offset: 0, len: 1 }));
         let b = Buddy::new(4 * MIB, 16 * MIB).unwrap();
         assert_eq!(b.largest_free(), 16 * MIB);
@@ -833,7 +898,7 @@ mod tests {
     fn buddy_fill_with_max_size() {
         let base = 12 * MIB;
         let mut b = Buddy::new(base, 16 * MIB).unwrap();
-        let s = b.alloc(16 << 20).unwrap();
+        let s = b.alloc_unreserved(16 << 20).unwrap();
         assert_eq!(
             s,
             Slice {
@@ -841,18 +906,20 @@ mod tests {
                 len: 16 << 20
             }
         );
-        assert_eq!(b.alloc(1), None);
+        assert_eq!(b.alloc_unreserved(1), None);
         assert_eq!(b.largest_free(), 0);
         assert!(b.free(s));
         assert_eq!(b.largest_free(), 16 * MIB);
 
         // 1 MiB blocks: exactly 16, in address order.
-        let all: Vec<_> = (0..16).map(|_| b.alloc(1 << 20).unwrap()).collect();
+        let all: Vec<_> = (0..16)
+            .map(|_| b.alloc_unreserved(1 << 20).unwrap())
+            .collect();
         for (i, s) in all.iter().enumerate() {
             assert_eq!(s.offset, base + i as u64 * MIB);
         }
-        assert_eq!(b.alloc(1 << 20), None);
-        assert_eq!(b.alloc(1), None);
+        assert_eq!(b.alloc_unreserved(1 << 20), None);
+        assert_eq!(b.alloc_unreserved(1), None);
         assert_eq!(b.in_use_bytes(), 16 * MIB);
         for s in all {
             assert!(b.free(s));
@@ -865,10 +932,10 @@ mod tests {
     #[test]
     fn buddy_mixed_sizes() {
         let mut b = Buddy::new(0, MIB).unwrap();
-        let a = b.alloc(4096).unwrap();
-        let c = b.alloc(5000).unwrap();
-        let d = b.alloc(1).unwrap();
-        let e = b.alloc(64 * 1024).unwrap();
+        let a = b.alloc_unreserved(4096).unwrap();
+        let c = b.alloc_unreserved(5000).unwrap();
+        let d = b.alloc_unreserved(1).unwrap();
+        let e = b.alloc_unreserved(64 * 1024).unwrap();
         assert_eq!(
             a,
             Slice {
@@ -906,15 +973,15 @@ mod tests {
         }));
         assert!(b.free(a));
         assert!(b.free(d));
-        assert_eq!(b.alloc(16384).unwrap().offset, 0);
+        assert_eq!(b.alloc_unreserved(16384).unwrap().offset, 0);
     }
 
     #[test]
     fn buddy_refuses_bad_frees() {
         let base = 4 * MIB;
         let mut b = Buddy::new(base, 4 * MIB).unwrap();
-        let s = b.alloc(8192).unwrap();
-        let t = b.alloc(4096).unwrap();
+        let s = b.alloc_unreserved(8192).unwrap();
+        let t = b.alloc_unreserved(4096).unwrap();
         let before = b.clone();
         let bad = [
             Slice {
@@ -977,27 +1044,29 @@ mod tests {
         // 3 chunks of 4 MiB: top-level blocks of 8 and 4 MiB.
         let mut b = Buddy::new(0, 12 * MIB).unwrap();
         assert_eq!(b.largest_free(), 8 * MIB);
-        assert_eq!(b.alloc(12 << 20), None);
-        let big = b.alloc(8 << 20).unwrap();
-        let small = b.alloc(4 << 20).unwrap();
+        assert_eq!(b.alloc_unreserved(12 << 20), None);
+        let big = b.alloc_unreserved(8 << 20).unwrap();
+        let small = b.alloc_unreserved(4 << 20).unwrap();
         assert_eq!((big.offset, small.offset), (0, 8 * MIB));
-        assert_eq!(b.alloc(1), None);
+        assert_eq!(b.alloc_unreserved(1), None);
         assert!(b.free(big));
         assert!(b.free(small));
         assert_eq!(b.largest_free(), 8 * MIB);
         // The 4 MiB block never merges into a block outside the area.
-        let blocks: Vec<_> = (0..3).map(|_| b.alloc(4 << 20).unwrap()).collect();
-        assert_eq!(b.alloc(1), None);
+        let blocks: Vec<_> = (0..3)
+            .map(|_| b.alloc_unreserved(4 << 20).unwrap())
+            .collect();
+        assert_eq!(b.alloc_unreserved(1), None);
         for s in blocks.into_iter().rev() {
             assert!(b.free(s));
         }
         assert_eq!(b.largest_free(), 8 * MIB);
-        assert_eq!(b.alloc(8 << 20).unwrap().offset, 0);
+        assert_eq!(b.alloc_unreserved(8 << 20).unwrap().offset, 0);
 
         // Odd number of granules.
         let mut b = Buddy::new(0, 7 * 4096).unwrap();
-        let all: Vec<_> = (0..7).map(|_| b.alloc(4096).unwrap()).collect();
-        assert_eq!(b.alloc(4096), None);
+        let all: Vec<_> = (0..7).map(|_| b.alloc_unreserved(4096).unwrap()).collect();
+        assert_eq!(b.alloc_unreserved(4096), None);
         for s in all {
             assert!(b.free(s));
         }
@@ -1010,8 +1079,15 @@ mod tests {
         fn without_high_water(&self) -> Self {
             Self {
                 high_water: 0,
+                reserved: None,
                 ..self.clone()
             }
+        }
+
+        /// Allocates as if every earlier failure's reservation had lapsed:
+        /// the allocator's placement alone.
+        fn alloc_unreserved(&mut self, len: u32) -> Option<Slice> {
+            self.alloc(len, u64::MAX)
         }
     }
 
@@ -1042,8 +1118,10 @@ mod tests {
         let mut rng = Rng(0x1234_5678_9abc_def1);
         let fresh = Buddy::new(MIB, 16 * MIB).unwrap();
         let mut b = fresh.clone();
-        let mut all: Vec<_> = (0..4096).map(|_| b.alloc(4096).unwrap()).collect();
-        assert_eq!(b.alloc(1), None);
+        let mut all: Vec<_> = (0..4096)
+            .map(|_| b.alloc_unreserved(4096).unwrap())
+            .collect();
+        assert_eq!(b.alloc_unreserved(1), None);
         for round in 0..3 {
             rng.shuffle(&mut all);
             for s in &all {
@@ -1051,7 +1129,9 @@ mod tests {
             }
             assert_eq!(b.largest_free(), 16 * MIB, "round {round}");
             assert_eq!(b.without_high_water(), fresh);
-            all = (0..4096).map(|_| b.alloc(4096).unwrap()).collect();
+            all = (0..4096)
+                .map(|_| b.alloc_unreserved(4096).unwrap())
+                .collect();
         }
     }
 
@@ -1071,7 +1151,7 @@ mod tests {
                     _ => 1 + rng.below(u64::from(max_len)) as u32,
                 };
                 let block = Buddy::block_size(len).unwrap();
-                match b.alloc(len) {
+                match b.alloc_unreserved(len) {
                     Some(s) => {
                         assert_eq!(s.len, len);
                         let rel = s.offset - base;
@@ -1141,9 +1221,101 @@ mod tests {
             assert!(area >= Buddy::block_size(max_io).unwrap());
             for _ in 0..10 {
                 let mut b = random_workload(&mut rng, area, max_io, 500);
-                let s = b.alloc(max_io).expect("max I/O must fit");
+                let s = b.alloc_unreserved(max_io).expect("max I/O must fit");
                 assert!(b.free(s));
             }
         }
+    }
+
+    /// Fills a 16 MiB area with 256 KiB blocks.
+    fn full_of_256k() -> (Buddy, Vec<Slice>) {
+        let mut b = Buddy::new(0, 16 * MIB).unwrap();
+        let all = (0..64).map(|_| b.alloc(256 << 10, 0).unwrap()).collect();
+        (b, all)
+    }
+
+    /// One queue streams 256 KiB transfers, each completion's block taken
+    /// again at once by its next transfer, while another waits for 4 MiB
+    /// and retries every third completion. Returns the completion at which
+    /// the waiter got its block, if it did within `steps`.
+    fn stream_beside_a_waiter(reservations: bool, steps: u64) -> Option<u64> {
+        let mut rng = Rng(7);
+        let (mut b, mut live) = full_of_256k();
+        let at = |now: u64| if reservations { now } else { u64::MAX };
+        assert_eq!(b.alloc(4 << 20, at(0)), None);
+        for now in 1..=steps {
+            let i = rng.below(live.len() as u64) as usize;
+            assert!(b.free(live.swap_remove(i)));
+            if let Some(s) = b.alloc(256 << 10, at(now)) {
+                live.push(s);
+            }
+            if now % 3 == 0 {
+                if let Some(s) = b.alloc(4 << 20, at(now)) {
+                    assert_eq!(s.offset % (4 << 20), 0);
+                    return Some(now);
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn large_transfer_is_not_starved_by_smaller_ones() {
+        // Without reservations each hole is refilled before the waiter looks.
+        assert_eq!(stream_beside_a_waiter(false, 10_000), None);
+        // With them the stream is held back until a 4 MiB block forms: at
+        // most the 64 blocks drain, then one retry period.
+        let got = stream_beside_a_waiter(true, 10_000).expect("waiter served");
+        assert!(got <= 66, "served after {got} completions");
+    }
+
+    #[test]
+    fn reservation_refuses_only_blocks_that_break_the_last_large_one() {
+        let mut b = Buddy::new(0, 16 * MIB).unwrap();
+        let q: Vec<_> = (0..4).map(|_| b.alloc(4 << 20, 0).unwrap()).collect();
+        assert_eq!(b.alloc(8 << 20, 0), None);
+        assert!(b.free(q[0]));
+        assert!(b.free(q[1]));
+        // The only 8 MiB block may not be split for 4 KiB.
+        assert_eq!(b.alloc(4096, 1), None);
+        assert!(b.free(q[2]));
+        // Another block can be: 4 KiB comes from the free 4 MiB quarter.
+        let small = b.alloc(4096, 2).unwrap();
+        assert_eq!(small.offset, 8 << 20);
+        // The waiter gets its block; the reservation ends with it.
+        let big = b.alloc(8 << 20, 3).unwrap();
+        assert_eq!(big.offset, 0);
+        assert!(b.free(big));
+        assert!(b.alloc(4096, 4).is_some());
+    }
+
+    #[test]
+    fn reservation_lapses_without_retries() {
+        let (mut b, live) = full_of_256k();
+        assert_eq!(b.alloc(4 << 20, 1000), None);
+        assert!(b.free(live[5]));
+        assert_eq!(b.alloc(256 << 10, 1000 + RESERVATION_MS - 1), None);
+        // The waiter went away: smaller transfers use the area again.
+        assert!(b.alloc(256 << 10, 1000 + RESERVATION_MS).is_some());
+    }
+
+    #[test]
+    fn the_largest_waiter_keeps_its_reservation() {
+        let (mut b, live) = full_of_256k();
+        assert_eq!(b.alloc(4 << 20, 0), None);
+        // A 1 MiB waiter neither replaces nor renews it.
+        assert_eq!(b.alloc(1 << 20, 50), None);
+        for s in &live[..4] {
+            assert!(b.free(*s));
+        }
+        // A free aligned 1 MiB block, but not a 4 MiB one.
+        assert_eq!(b.alloc(1 << 20, 60), None);
+        assert!(b.alloc(1 << 20, RESERVATION_MS).is_some());
+        // A block the area cannot hold reserves nothing.
+        let mut small = Buddy::new(0, 12 * MIB).unwrap();
+        let all: Vec<_> = (0..3).map(|_| small.alloc(4 << 20, 0).unwrap()).collect();
+        assert!(small.free(all[0]));
+        assert_eq!(small.alloc(12 << 20, 1), None);
+        assert!(small.alloc(4096, 2).is_some());
     }
 }
