@@ -39,6 +39,7 @@ cases=(
 	"queue_size 1024 (clamped)|transport=$T,$A,$N,queue_size=1024|ok|clamping down"
 	"nr_io_queues 0|transport=$T,$A,$N,nr_io_queues=0|error Invalid argument|[Ii]nvalid number of IOQs"
 	"nr_io_queues 100000 (clamped)|transport=$T,$A,$N,nr_io_queues=100000|ok|creating [0-9]+ I/O queues"
+	"nr_write_queues 4 and nr_poll_queues 4 (more than the CPUs)|transport=$T,$A,$N,nr_write_queues=4,nr_poll_queues=4|ok|mapped [0-9]+/[0-9]+/[1-9][0-9]* default/read/poll"
 	"nr_write/poll_queues INT_MAX (each clamped to the CPUs)|transport=$T,$A,$N,nr_write_queues=2147483647,nr_poll_queues=2147483647|ok|creating [0-9]+ I/O queues"
 	"nr_write_queues -1|transport=$T,$A,$N,nr_write_queues=-1|error Invalid argument|Invalid nr_write_queues"
 	"nr_poll_queues not a number|transport=$T,$A,$N,nr_poll_queues=many|error Invalid argument|[Ii]nvalid|unknown parameter"
