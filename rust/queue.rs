@@ -73,6 +73,13 @@ impl RingBuf {
         })
     }
 
+    /// Maps the ring for DMA by `dev`. The mapping must be dropped before the ring: connections
+    /// hold their rings' mappings, and a queue outlives its connections.
+    fn map(&self, dev: Device, dir: DmaDir) -> Result<DmaMap> {
+        // SAFETY: `len` bytes at `ptr` are the ring's, which outlives the mapping (see above).
+        unsafe { dev.map_single(self.ptr.as_ptr().cast(), self.len, dir) }
+    }
+
     fn entry(&self, index: usize, size: usize) -> *mut u8 {
         debug_assert!((index + 1) * size <= self.len);
         // SAFETY: callers pass indices below the ring depth the buffer was sized for.
@@ -343,23 +350,8 @@ impl Queue {
         }
         let pd = ctrl.pd_for(self.qid, dev, cm_id.port_num())?;
 
-        // SAFETY: the rings live as long as the queue, which outlives its connections and so
-        // their mappings.
-        let sqe_map = unsafe {
-            dev.map_single(
-                self.sqes.ptr.as_ptr().cast(),
-                self.sqes.len,
-                DmaDir::ToDevice,
-            )
-        }?;
-        // SAFETY: as above.
-        let rsp_map = unsafe {
-            dev.map_single(
-                self.rsps.ptr.as_ptr().cast(),
-                self.rsps.len,
-                DmaDir::FromDevice,
-            )
-        }?;
+        let sqe_map = self.sqes.map(dev, DmaDir::ToDevice)?;
+        let rsp_map = self.rsps.map(dev, DmaDir::FromDevice)?;
         // One CQE per receive and per send queue entry (a flush completes unsignaled sends
         // too), plus the registration, the AEN and the drain's two.
         let cq_size = 3 * depth + 6;

@@ -44,8 +44,10 @@ JOBS=(
 	"seqwrite4m write 4m 4 1"
 	"seqread4m read 4m 4 1"
 )
-# The own target, memory backed, runs the jobs whose figures it is for.
-OWN_JOBS="iops4k seqread128k seqwrite128k seqwrite4m seqread4m"
+# The own target, memory backed, runs the jobs whose figures it is for: its MDTS lets nvme_rsrdma
+# send 4 MiB in one command (the other jobs measured nvmet-rdma's figures again, and took the
+# benchmark past 20 minutes).
+OWN_JOBS="seqwrite4m seqread4m"
 
 TRANSPORTS="rsrdma rdma"
 OWN_PIDS=
