@@ -678,11 +678,8 @@ unsafe extern "C" fn poll(
 ) -> i32 {
     // SAFETY: driver data set in `init_hctx`.
     let queue = unsafe { &*((*hctx).driver_data as *const Queue) };
-    // SAFETY: blk-mq polls only a live hctx, whose connection is installed.
-    match unsafe { queue.conn() } {
-        Some(conn) => conn.cq().poll_direct(-1),
-        None => 0,
-    }
+    // SAFETY: this queue's `poll`.
+    unsafe { queue.poll() }
 }
 
 /// # Safety

@@ -168,6 +168,9 @@ pub(crate) struct Queue {
     /// from other queues (see `mq::submit`); never more than `credits`, the receives posted.
     outstanding: AtomicU32,
     credits: AtomicU32,
+    /// Block-layer polls running on the connection's CQ (poll queues): blk-mq polls without a
+    /// lock or quiesce, so `free` waits for them before it releases the connection.
+    pollers: AtomicU32,
     stats: QueueStats,
 }
 
@@ -230,6 +233,7 @@ impl Queue {
             sends: AtomicU32::new(0),
             outstanding: AtomicU32::new(0),
             credits: AtomicU32::new(0),
+            pollers: AtomicU32::new(0),
             conn: ConnCell::new(),
             stats: QueueStats::default(),
         }? Error))
@@ -686,9 +690,14 @@ impl Queue {
     /// a DREQ through the CM; its QP goes now. `force` destroys it in any case (device
     /// removal).
     pub(crate) fn free(&self, force: bool) {
-        // Every flag: the queue has no connection from here.
-        if self.flags.swap(0, Ordering::AcqRel) & ALLOCATED == 0 {
+        // Every flag: the queue has no connection from here. Sequentially consistent, as is
+        // the poller's count and check (`poll`): either a poller sees no connection, or this
+        // sees the poller and waits for it.
+        if self.flags.swap(0, Ordering::SeqCst) & ALLOCATED == 0 {
             return;
+        }
+        while self.pollers.load(Ordering::SeqCst) != 0 {
+            core::hint::spin_loop();
         }
         // SAFETY: the controller's teardown stopped the queue and quiesced blk-mq before
         // calling this, so nothing uses the connection.
@@ -724,6 +733,27 @@ impl Queue {
         cm_id.destroy_qp();
         drop((cq, sqe_map, rsp_map));
         crate::registration::park(cm_id);
+    }
+
+    /// Polls the connection's CQ for blk-mq (a poll queue's `poll`); 0 without a connection.
+    ///
+    /// # Safety
+    ///
+    /// Called from `blk_mq_ops::poll` of this queue's hardware context.
+    pub(crate) unsafe fn poll(&self) -> i32 {
+        self.pollers.fetch_add(1, Ordering::SeqCst);
+        let found = if self.flags.load(Ordering::SeqCst) & ALLOCATED != 0 {
+            // SAFETY: `free` clears ALLOCATED before it releases the connection, then waits
+            // for this poll to end (see there).
+            match unsafe { self.conn.get() } {
+                Some(conn) => conn.cq().poll_direct(-1),
+                None => 0,
+            }
+        } else {
+            0
+        };
+        self.pollers.fetch_sub(1, Ordering::Release);
+        found
     }
 
     // --- Posting --------------------------------------------------------------------------

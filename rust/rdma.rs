@@ -399,8 +399,9 @@ pub(crate) struct Cq {
     pooled_cqes: Option<u32>,
 }
 
-// SAFETY: the RDMA core polls CQs from its own context; the handle is only used to create QPs,
-// poll (direct CQs, under blk-mq's poll serialization) and release.
+// SAFETY: the RDMA core polls pooled CQs from its own context; the handle is only used to create
+// QPs, poll direct CQs (from any context: the provider's poll_cq serializes on the CQ, and each
+// completion is handed to one caller) and release.
 unsafe impl Send for Cq {}
 // SAFETY: as above.
 unsafe impl Sync for Cq {}
@@ -450,7 +451,9 @@ impl Cq {
         if self.pooled_cqes.is_some() {
             return 0;
         }
-        // SAFETY: a direct CQ owned by us; blk-mq serializes polling of one hctx.
+        // SAFETY: a direct CQ owned by us, alive while `self` is. Callers may poll it at once
+        // (blk-mq takes no lock around `poll`, a drain polls from teardown): the provider
+        // serializes poll_cq, so each completion's handler runs once, on one of them.
         unsafe { bindings::ib_process_cq_direct(self.as_ptr(), budget) }
     }
 }
