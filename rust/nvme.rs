@@ -440,15 +440,14 @@ impl Options {
         self.raw().mask & bindings::NVMF_OPT_NR_IO_QUEUES != 0
     }
 
-    /// Limits each of the three queue counts to `cpus`, as the core limits `nr_io_queues`
-    /// when it parses them: `nvmf_set_io_queues` hands the granted queues out by the counts
+    /// Limits the write and poll queue counts to `cpus`, as the core limits `nr_io_queues`
+    /// when it parses it: `nvmf_set_io_queues` hands the granted queues out by the counts
     /// asked for, and a write queue count above the CPUs would take the poll queues' share and
     /// leave hardware queues no CPU maps to (whose Connect then fails with `EXDEV`).
     pub(crate) fn limit_queue_counts(&self, cpus: u32) {
         // SAFETY: valid options (type invariant), not yet shared with the core's users: the
         // transport's create_ctrl owns them until the controller is created.
         unsafe {
-            (*self.0).nr_io_queues = (*self.0).nr_io_queues.min(cpus);
             (*self.0).nr_write_queues = (*self.0).nr_write_queues.min(cpus);
             (*self.0).nr_poll_queues = (*self.0).nr_poll_queues.min(cpus);
         }
