@@ -15,7 +15,7 @@ use crate::nvme::State;
 use crate::pool::PoolReg;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
 use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
-use crate::rdma::{self, CmId, Cq, Device, DmaDir, DmaMap, Qp};
+use crate::rdma::{self, CmId, CmQp, Cq, Device, DmaDir, DmaMap};
 use crate::stats::QueueStats;
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
@@ -110,12 +110,10 @@ struct WaitCqe {
     status: AtomicI32,
 }
 
-/// The resources of one connection of a queue. Field order is drop order: the CM id, which
-/// destroys its QP first, then the CQ and the ring mappings.
+/// The resources of one connection of a queue. Field order is drop order: the CM id with its
+/// QP (the QP goes first), then the CQ and the ring mappings.
 pub(crate) struct Conn {
-    cm_id: CmId,
-    /// The QP of `cm_id`, valid as long as the id holds it.
-    qp: Qp,
+    qp: CmQp,
     cq: Cq,
     sqe_map: DmaMap,
     rsp_map: DmaMap,
@@ -391,18 +389,17 @@ impl Queue {
         // QP) first; if creating the QP fails there is no QP.
         let qp = match unsafe { cm_id.create_qp(pd, &mut attr) } {
             Ok(qp) => qp,
-            Err(e) if e == EINVAL || e == ENOMEM => {
+            Err((cm_id, e)) if e == EINVAL || e == ENOMEM => {
                 // A device without (this much) inline data: capsules go by reference.
                 attr.cap.max_inline_data = 0;
                 // SAFETY: as above; the failed call left no QP behind.
-                unsafe { cm_id.create_qp(pd, &mut attr) }?
+                unsafe { cm_id.create_qp(pd, &mut attr) }.map_err(|(_, e)| e)?
             }
-            Err(e) => return Err(e),
+            Err((_, e)) => return Err(e),
         };
         // The provider reports the inline room it actually gave the QP.
         let inline_capsule = attr.cap.max_inline_data as usize >= SQE_SIZE;
         let conn = Conn {
-            cm_id,
             qp,
             cq,
             sqe_map,
@@ -413,10 +410,10 @@ impl Queue {
 
         let tos = ctrl.nvme().opts().tos();
         if (0..=255).contains(&tos) {
-            conn.cm_id.set_tos(tos as u8);
+            conn.qp.set_tos(tos as u8);
         }
         self.begin_cm_step();
-        conn.cm_id.resolve_route(CM_RESOLVE_TIMEOUT_MS)?;
+        conn.qp.resolve_route(CM_RESOLVE_TIMEOUT_MS)?;
         self.wait_cm_step(
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED,
             CM_RESOLVE_TIMEOUT_MS + 1000,
@@ -451,7 +448,7 @@ impl Queue {
             req.cntlid
         );
         self.begin_cm_step();
-        conn.cm_id.connect(&param)?;
+        conn.qp.connect(&param)?;
         self.wait_cm_step(
             bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED,
             CM_CONNECT_TIMEOUT_MS,
@@ -607,8 +604,8 @@ impl Queue {
             if let Some(conn) = unsafe { self.conn() } {
                 // No DREQ while the port is down (see `Device::port_active`); the target
                 // learns from its own timeouts, or from the DREQ sent when the id is released.
-                if conn.cm_id.port_active() {
-                    conn.cm_id.disconnect();
+                if conn.qp.port_active() {
+                    conn.qp.disconnect();
                 }
                 conn.qp.drain();
             }
@@ -716,21 +713,21 @@ impl Queue {
             conn.qp.qp_num()
         );
         let dev_gone = conn
-            .cm_id
+            .qp
             .device()
             .is_some_and(|d| self.ctrl().device_blocked(d));
-        if force || dev_gone || conn.cm_id.port_active() {
+        if force || dev_gone || conn.qp.port_active() {
             drop(conn);
             return;
         }
         let Conn {
-            cm_id,
+            qp,
             cq,
             sqe_map,
             rsp_map,
             ..
         } = conn;
-        cm_id.destroy_qp();
+        let cm_id = qp.destroy_qp();
         drop((cq, sqe_map, rsp_map));
         crate::registration::park(cm_id);
     }

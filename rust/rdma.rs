@@ -68,6 +68,12 @@ impl Device {
         self.attrs().page_size_cap
     }
 
+    /// The largest buffer one DMA mapping on this device can cover.
+    pub(crate) fn max_mapping_size(&self) -> usize {
+        // SAFETY: the device is alive (type invariant).
+        unsafe { bindings::rsrdma_dma_max_mapping_size(self.0.as_ptr()) }
+    }
+
     /// Whether the device supports memory registration work requests (FRWR).
     pub(crate) fn has_mem_mgt_extensions(&self) -> bool {
         self.attrs().device_cap_flags
@@ -308,25 +314,27 @@ impl CmId {
         unsafe { bindings::rdma_disconnect(self.as_ptr()) };
     }
 
-    /// Creates the RC QP of this id on `pd`; the id owns it from then on.
+    /// Creates the RC QP of this id on `pd`. The id and its QP then travel together as a
+    /// [`CmQp`]; on failure the id comes back without a QP.
     ///
     /// # Safety
     ///
-    /// The CQs named in `attr` must outlive the QP, that is, this id or `destroy_qp`.
+    /// The CQs named in `attr` must outlive the QP, that is, the [`CmQp`] or its `destroy_qp`.
     pub(crate) unsafe fn create_qp(
-        &self,
+        self,
         pd: &Pd,
         attr: &mut bindings::ib_qp_init_attr,
-    ) -> Result<Qp> {
+    ) -> core::result::Result<CmQp, (CmId, Error)> {
         // SAFETY: the id is owned and bound to the PD's device; `attr` is valid.
-        errno(unsafe { bindings::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) })?;
-        self.qp().ok_or(ENOMEM)
-    }
-
-    /// The QP of this id, if it has one.
-    pub(crate) fn qp(&self) -> Option<Qp> {
-        // SAFETY: the id is owned; `qp` is set by rdma_create_qp and cleared by rdma_destroy_qp.
-        NonNull::new(unsafe { (*self.as_ptr()).qp }).map(Qp)
+        let ret = unsafe { bindings::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) };
+        if let Err(e) = errno(ret) {
+            return Err((self, e));
+        }
+        // SAFETY: the id is owned; rdma_create_qp succeeded and set `qp`.
+        match NonNull::new(unsafe { (*self.as_ptr()).qp }) {
+            Some(qp) => Ok(CmQp { id: self, qp }),
+            None => Err((self, ENOMEM)),
+        }
     }
 
     /// Detaches the id from its event handler's context: later events find a null context and
@@ -340,11 +348,15 @@ impl CmId {
         }
     }
 
-    /// Destroys the QP of this id (no-op if it has none), keeping the id.
-    pub(crate) fn destroy_qp(&self) {
-        if self.qp().is_some() {
+    /// Destroys the QP of this id, if it has one, keeping the id. Private: a QP is only
+    /// reachable through the [`CmQp`] that `create_qp` returned, whose `destroy_qp` consumes it.
+    fn destroy_qp(&self) {
+        // SAFETY: the id is owned; `qp` is set by rdma_create_qp and cleared by
+        // rdma_destroy_qp.
+        if !unsafe { (*self.as_ptr()).qp }.is_null() {
             // SAFETY: owned id with a QP; rdma_destroy_qp clears `qp` under the id's lock, so
-            // the CM never touches the destroyed QP.
+            // the CM never touches the destroyed QP. No handle to the QP is left: the only one
+            // was the `CmQp` this id was part of.
             unsafe { bindings::rdma_destroy_qp(self.as_ptr()) };
         }
     }
@@ -470,24 +482,40 @@ impl Drop for Cq {
     }
 }
 
-/// A queue pair, owned by the [`CmId`] it was created on: a handle valid while that id keeps
-/// it.
-#[derive(Clone, Copy)]
-pub(crate) struct Qp(NonNull<bindings::ib_qp>);
+/// A CM id and the RC queue pair created on it. The id owns the QP (dropping this destroys the
+/// QP, then the id), and this is the only handle to the QP, so no use of it can outlive it.
+pub(crate) struct CmQp {
+    id: CmId,
+    qp: NonNull<bindings::ib_qp>,
+}
 
-// SAFETY: posting work requests is thread safe in the verbs API.
-unsafe impl Send for Qp {}
+// SAFETY: posting work requests is thread safe in the verbs API; the id is `Send` and `Sync`.
+unsafe impl Send for CmQp {}
 // SAFETY: as above.
-unsafe impl Sync for Qp {}
+unsafe impl Sync for CmQp {}
 
-impl Qp {
-    pub(crate) fn as_ptr(&self) -> *mut bindings::ib_qp {
-        self.0.as_ptr()
+impl core::ops::Deref for CmQp {
+    type Target = CmId;
+
+    fn deref(&self) -> &CmId {
+        &self.id
+    }
+}
+
+impl CmQp {
+    fn qp_ptr(&self) -> *mut bindings::ib_qp {
+        self.qp.as_ptr()
     }
 
     pub(crate) fn qp_num(&self) -> u32 {
-        // SAFETY: a live QP (type invariant).
-        unsafe { (*self.as_ptr()).qp_num }
+        // SAFETY: the QP lives as long as `self` (type invariant).
+        unsafe { (*self.qp_ptr()).qp_num }
+    }
+
+    /// Destroys the QP and gives back the id, which can be kept without it.
+    pub(crate) fn destroy_qp(self) -> CmId {
+        self.id.destroy_qp();
+        self.id
     }
 
     /// Posts a chain of send work requests.
@@ -498,23 +526,23 @@ impl Qp {
     /// the QP is drained).
     pub(crate) unsafe fn post_send(&self, wr: &bindings::ib_send_wr) -> Result {
         // SAFETY: a live QP; the caller guarantees the lifetime of what `wr` refers to.
-        errno(unsafe { bindings::rsrdma_post_send(self.as_ptr(), wr) })
+        errno(unsafe { bindings::rsrdma_post_send(self.qp_ptr(), wr) })
     }
 
     /// Posts a receive work request.
     ///
     /// # Safety
     ///
-    /// As for [`Qp::post_send`].
+    /// As for [`CmQp::post_send`].
     pub(crate) unsafe fn post_recv(&self, wr: &bindings::ib_recv_wr) -> Result {
         // SAFETY: as above.
-        errno(unsafe { bindings::rsrdma_post_recv(self.as_ptr(), wr) })
+        errno(unsafe { bindings::rsrdma_post_recv(self.qp_ptr(), wr) })
     }
 
     /// Moves the QP to the error state and waits until every posted work request completed.
     pub(crate) fn drain(&self) {
         // SAFETY: a live QP whose CQ is alive.
-        unsafe { bindings::ib_drain_qp(self.as_ptr()) };
+        unsafe { bindings::ib_drain_qp(self.qp_ptr()) };
     }
 }
 
