@@ -78,6 +78,17 @@ impl State {
     }
 }
 
+/// Reads one field of a [`Ctrl`]'s `nvme_ctrl` in place. No reference to the whole structure
+/// is made: the core writes its other fields (state, locks, work items) concurrently.
+macro_rules! ctrl_field {
+    ($ctrl:expr, $field:ident) => {
+        // SAFETY: alive (type invariant of `Ctrl`), and only this field is read. The fields
+        // read this way are written by the core or this transport while setting up, not while
+        // the transport reads them.
+        unsafe { core::ptr::addr_of!((*$ctrl.0.as_ptr()).$field).read() }
+    };
+}
+
 /// A live controller of the NVMe core (see the module docs for the invariant).
 #[derive(Clone, Copy)]
 pub(crate) struct Ctrl(NonNull<bindings::nvme_ctrl>);
@@ -102,11 +113,6 @@ impl Ctrl {
         self.0.as_ptr()
     }
 
-    fn raw(&self) -> &bindings::nvme_ctrl {
-        // SAFETY: alive (type invariant); fields are read, the core owns writes to them.
-        unsafe { self.0.as_ref() }
-    }
-
     fn raw_mut(&mut self) -> *mut bindings::nvme_ctrl {
         self.0.as_ptr()
     }
@@ -123,7 +129,7 @@ impl Ctrl {
     }
 
     pub(crate) fn opts(&self) -> Options {
-        Options(self.raw().opts)
+        Options(ctrl_field!(self, opts))
     }
 
     /// The controller's device name, e.g. `nvme0`.
@@ -138,7 +144,7 @@ impl Ctrl {
     }
 
     pub(crate) fn sqsize(&self) -> u16 {
-        self.raw().sqsize
+        ctrl_field!(self, sqsize)
     }
 
     pub(crate) fn set_sqsize(&mut self, sqsize: u16) {
@@ -147,7 +153,7 @@ impl Ctrl {
     }
 
     pub(crate) fn queue_count(&self) -> u32 {
-        self.raw().queue_count
+        ctrl_field!(self, queue_count)
     }
 
     pub(crate) fn set_queue_count(&mut self, count: u32) {
@@ -156,24 +162,24 @@ impl Ctrl {
     }
 
     pub(crate) fn cntlid(&self) -> u16 {
-        self.raw().cntlid
+        ctrl_field!(self, cntlid)
     }
 
     pub(crate) fn icdoff(&self) -> u16 {
-        self.raw().icdoff
+        ctrl_field!(self, icdoff)
     }
 
     pub(crate) fn sgls(&self) -> u32 {
-        self.raw().sgls
+        ctrl_field!(self, sgls)
     }
 
     pub(crate) fn maxcmd(&self) -> u16 {
-        self.raw().maxcmd
+        ctrl_field!(self, maxcmd)
     }
 
     /// In-capsule size the controller accepts (IOCCSZ, in bytes).
     pub(crate) fn ioccsz_bytes(&self) -> u32 {
-        self.raw().ioccsz.saturating_mul(16)
+        ctrl_field!(self, ioccsz).saturating_mul(16)
     }
 
     /// Sets the transfer limits the core applies to the block queues.
@@ -197,11 +203,11 @@ impl Ctrl {
     }
 
     pub(crate) fn tagset(&self) -> *mut bindings::blk_mq_tag_set {
-        self.raw().tagset
+        ctrl_field!(self, tagset)
     }
 
     pub(crate) fn admin_q(&self) -> *mut bindings::request_queue {
-        self.raw().admin_q
+        ctrl_field!(self, admin_q)
     }
 
     pub(crate) fn async_event_work(&self) -> *mut bindings::work_struct {
