@@ -358,6 +358,14 @@ int rsrdma_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
 	return ib_dma_mapping_error(dev, dma_addr);
 }
 
+/* The largest single mapping the device takes (software devices map virtual addresses). */
+size_t rsrdma_dma_max_mapping_size(struct ib_device *dev)
+{
+	if (ib_uses_virt_dma(dev))
+		return SIZE_MAX;
+	return dma_max_mapping_size(dev->dma_device);
+}
+
 void rsrdma_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
 			     enum dma_data_direction dir)
 {

@@ -91,6 +91,7 @@ const char *rsrdma_ibdev_name(struct ib_device *dev);
 u64 rsrdma_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
 			  enum dma_data_direction dir);
 int rsrdma_dma_mapping_error(struct ib_device *dev, u64 dma_addr);
+size_t rsrdma_dma_max_mapping_size(struct ib_device *dev);
 void rsrdma_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
 			     enum dma_data_direction dir);
 void rsrdma_dma_sync_for_cpu(struct ib_device *dev, u64 addr, size_t size,

@@ -9,7 +9,9 @@
 //! the pure logic of `proto::pool`.
 
 use crate::bindings;
-use crate::proto::pool::{chunk_spans, Buddy, PoolLayout, PoolParams, QueueParams, Slice};
+use crate::proto::pool::{
+    chunk_spans, map_size, mr_page_size, Buddy, PoolLayout, PoolParams, QueueParams, Slice,
+};
 use crate::rdma::{Device, DmaDir, DmaMap, Mr, Pd};
 use crate::sync::IrqLock;
 use core::ptr::NonNull;
@@ -222,6 +224,13 @@ impl Pool {
         unsafe { self.chunks[chunk].va.as_ptr().add(offset) }
     }
 
+    /// The address of part `i` of the pool cut into parts of `piece` bytes, a power of two
+    /// that divides the chunk size.
+    fn piece_ptr(&self, i: usize, piece: u64) -> *mut u8 {
+        let per_chunk = (self.layout.chunk_size() / piece) as usize;
+        self.span_ptr(i / per_chunk, (i % per_chunk) * piece as usize)
+    }
+
     /// Copies `src` into the pool at `offset`.
     ///
     /// # Safety
@@ -256,11 +265,49 @@ impl Pool {
     /// REG_MR work request the caller posts, see `queue::Queue::register_pool`).
     pub(crate) fn map(&self, dev: Device, pd: &Pd) -> Result<PoolReg> {
         let chunk = self.layout.chunk_size();
-        let mut page_size = chunk;
-        // Largest MR page size the device supports that divides the chunk size.
-        while page_size > 4096 && dev.page_size_cap() & page_size == 0 {
-            page_size /= 2;
+        // One mapping per chunk, or per part of a chunk on a device that maps less at once.
+        let max = dev.max_mapping_size() as u64;
+        let Some(piece) = map_size(chunk, max) else {
+            crate::glue::log_err!(
+                core::ptr::null(),
+                "pool: {} maps at most {} bytes at once",
+                dev.name(),
+                max
+            );
+            return Err(EINVAL);
+        };
+        let n = self.chunks.len() * (chunk / piece) as usize;
+        let mut maps = KVec::with_capacity(n, GFP_KERNEL)?;
+        for i in 0..n {
+            // SAFETY: `piece` bytes at `i * piece` lie within the pool's chunks (`piece`
+            // divides the chunk size), which outlive the registration, dropped before the
+            // pool (see `Chunk`).
+            let map = unsafe {
+                dev.map_single(
+                    self.piece_ptr(i, piece).cast::<c_void>(),
+                    piece as usize,
+                    DmaDir::Bidirectional,
+                )
+            }
+            .inspect_err(|_| {
+                crate::glue::log_err!(
+                    core::ptr::null(),
+                    "pool: mapping {} KiB for {} failed after {} of {} mappings",
+                    piece >> 10,
+                    dev.name(),
+                    i,
+                    n
+                )
+            })?;
+            maps.push(map, GFP_KERNEL)?;
         }
+        // The MR's page size: what the mappings' sizes and DMA addresses allow.
+        let Some(page_size) =
+            mr_page_size(piece, dev.page_size_cap(), maps.iter().map(|m| m.addr()))
+        else {
+            crate::glue::log_err!(core::ptr::null(), "pool: DMA addresses not page aligned");
+            return Err(EINVAL);
+        };
         let nr_pages = self.layout.total_size() / page_size;
         if nr_pages > u64::from(dev.max_fast_reg_page_list_len()) {
             crate::glue::log_err!(
@@ -274,34 +321,19 @@ impl Pool {
             return Err(EINVAL);
         }
 
-        let mut maps = KVec::with_capacity(self.chunks.len(), GFP_KERNEL)?;
-        for c in self.chunks.iter() {
-            // SAFETY: the chunk is `chunk` bytes and outlives the registration, which is
-            // dropped before the pool (see `Chunk`).
-            let map = unsafe {
-                dev.map_single(
-                    c.va.as_ptr().cast::<c_void>(),
-                    chunk as usize,
-                    DmaDir::Bidirectional,
-                )
-            }?;
-            maps.push(map, GFP_KERNEL)?;
-        }
-
-        let n = self.chunks.len();
         let mut sg = KVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             sg.push(bindings::scatterlist::default(), GFP_KERNEL)?;
         }
         // SAFETY: `sg` holds `n` entries; init marks the last one.
         unsafe { bindings::sg_init_table(sg.as_mut_ptr(), n as u32) };
-        for (i, (c, m)) in self.chunks.iter().zip(maps.iter()).enumerate() {
+        for (i, m) in maps.iter().enumerate() {
             let entry = &mut sg[i] as *mut bindings::scatterlist;
-            // SAFETY: valid entries of an initialized table; the buffer is a chunk of `chunk`
-            // bytes and `m` its mapping.
+            // SAFETY: valid entries of an initialized table; the buffer is the `piece` bytes
+            // at pool offset `i * piece`, and `m` its mapping.
             unsafe {
-                bindings::rsrdma_sg_set_buf(entry, c.va.as_ptr().cast(), chunk as u32);
-                bindings::rsrdma_sg_set_dma(entry, m.addr(), chunk as u32);
+                bindings::rsrdma_sg_set_buf(entry, self.piece_ptr(i, piece).cast(), piece as u32);
+                bindings::rsrdma_sg_set_dma(entry, m.addr(), piece as u32);
             }
         }
 
@@ -325,7 +357,7 @@ impl Pool {
         Ok(PoolReg {
             mr,
             maps,
-            chunk_size: chunk,
+            map_size: piece,
         })
     }
 }
@@ -343,8 +375,9 @@ pub(crate) struct DataSlice {
 pub(crate) struct PoolReg {
     // Field order is drop order: deregister before unmapping.
     mr: Mr,
+    /// The pool in order, `map_size` bytes each.
     maps: KVec<DmaMap>,
-    chunk_size: u64,
+    map_size: u64,
 }
 
 impl PoolReg {
@@ -359,15 +392,15 @@ impl PoolReg {
 
     /// Hands a slice to the device, before a command names it.
     pub(crate) fn sync_for_device(&self, slice: Slice) {
-        for (chunk, off, n) in chunk_spans(slice.offset, slice.len, self.chunk_size) {
-            self.maps[chunk].sync_for_device(off, n);
+        for (map, off, n) in chunk_spans(slice.offset, slice.len, self.map_size) {
+            self.maps[map].sync_for_device(off, n);
         }
     }
 
     /// Hands a slice to the CPU (before it reads what the device wrote).
     pub(crate) fn sync_for_cpu(&self, slice: Slice) {
-        for (chunk, off, n) in chunk_spans(slice.offset, slice.len, self.chunk_size) {
-            self.maps[chunk].sync_for_cpu(off, n);
+        for (map, off, n) in chunk_spans(slice.offset, slice.len, self.map_size) {
+            self.maps[map].sync_for_cpu(off, n);
         }
     }
 }

@@ -352,6 +352,47 @@ impl Iterator for ChunkSpans {
     }
 }
 
+/// The smallest page a pool mapping or MR page can be.
+pub const MIN_MAP_PAGE: u64 = 4096;
+
+/// Size of each DMA mapping of a pool made of `chunk_size` chunks (a power of
+/// two) on a device that maps at most `max_mapping` bytes at once: the whole
+/// chunk, or else the largest power of two within the limit, which divides the
+/// chunk (a bounce-buffered device, such as one behind a forced swiotlb, maps
+/// 256 KiB at most). `None` if the device cannot map even a 4 KiB page.
+pub fn map_size(chunk_size: u64, max_mapping: u64) -> Option<u64> {
+    if !chunk_size.is_power_of_two() || chunk_size < MIN_MAP_PAGE || max_mapping < MIN_MAP_PAGE {
+        return None;
+    }
+    if max_mapping >= chunk_size {
+        return Some(chunk_size);
+    }
+    Some(1 << (63 - max_mapping.leading_zeros()))
+}
+
+/// The page size of an MR over mappings of `map_size` bytes at the DMA
+/// addresses `addrs`: the largest power of two in `page_size_cap` that divides
+/// the mapping size and every address, or 4 KiB, which every device takes.
+/// `None` if not even 4 KiB divides them.
+pub fn mr_page_size(
+    map_size: u64,
+    page_size_cap: u64,
+    addrs: impl Iterator<Item = u64>,
+) -> Option<u64> {
+    let bits = addrs.fold(map_size, |acc, a| acc | a);
+    if bits == 0 {
+        return None;
+    }
+    let mut page = 1u64 << bits.trailing_zeros();
+    if page < MIN_MAP_PAGE {
+        return None;
+    }
+    while page > MIN_MAP_PAGE && page_size_cap & page == 0 {
+        page /= 2;
+    }
+    Some(page)
+}
+
 /// Number of bits of all orders: `BUDDY_MAX_LEAVES >> order` for each order.
 const NODES: usize = 2 * BUDDY_MAX_LEAVES - 1;
 const WORDS: usize = NODES.div_ceil(64);
@@ -864,6 +905,53 @@ mod tests {
             }
             assert_eq!(total, u64::from(len));
         }
+    }
+
+    #[test]
+    fn map_size_limits() {
+        // No limit (or one above the chunk): one mapping per chunk.
+        assert_eq!(map_size(MIB, u64::MAX), Some(MIB));
+        assert_eq!(map_size(MIB, MIB), Some(MIB));
+        assert_eq!(map_size(64 * KIB, 3 * MIB), Some(64 * KIB));
+        // swiotlb's 256 KiB, and limits that are not powers of two.
+        assert_eq!(map_size(MIB, 256 * KIB), Some(256 * KIB));
+        assert_eq!(map_size(MIB, 300 * KIB), Some(256 * KIB));
+        assert_eq!(map_size(MIB, 4097), Some(4096));
+        // Nothing maps a page, or a chunk that is not a power of two.
+        assert_eq!(map_size(MIB, 4095), None);
+        assert_eq!(map_size(MIB, 0), None);
+        assert_eq!(map_size(3 * MIB, u64::MAX), None);
+        assert_eq!(map_size(2048, u64::MAX), None);
+    }
+
+    #[test]
+    fn mr_page_size_alignment() {
+        let all = u64::MAX;
+        // Chunks at addresses aligned to their size: the chunk is one page.
+        let aligned = [0, MIB, 7 * MIB];
+        assert_eq!(mr_page_size(MIB, all, aligned.into_iter()), Some(MIB));
+        // The device's page sizes: 4 KiB and 2 MiB only.
+        let cap = 4096 | (2 * MIB);
+        assert_eq!(mr_page_size(MIB, cap, aligned.into_iter()), Some(4096));
+        assert_eq!(
+            mr_page_size(4 * MIB, cap, [0, 4 * MIB].into_iter()),
+            Some(2 * MIB)
+        );
+        // Bounce buffers are only page aligned: pages of 4 KiB, whatever the size.
+        let bounced = [0x1234_5000, 0x1240_0000];
+        assert_eq!(
+            mr_page_size(256 * KIB, all, bounced.into_iter()),
+            Some(4096)
+        );
+        assert_eq!(
+            mr_page_size(256 * KIB, all, [0x1000_0000, 0x1004_2000].into_iter()),
+            Some(8192)
+        );
+        // Not even page aligned, or nothing at all to go by.
+        assert_eq!(mr_page_size(MIB, all, [0x800].into_iter()), None);
+        assert_eq!(mr_page_size(0, all, [0].into_iter()), None);
+        // 4 KiB is taken even if the device does not list it.
+        assert_eq!(mr_page_size(MIB, 2 * MIB, aligned.into_iter()), Some(4096));
     }
 
     #[test]
