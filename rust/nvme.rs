@@ -78,15 +78,17 @@ impl State {
     }
 }
 
-/// Reads one field of a [`Ctrl`]'s `nvme_ctrl` in place. No reference to the whole structure
-/// is made: the core writes its other fields (state, locks, work items) concurrently.
+/// Reads one field of a [`Ctrl`]'s `nvme_ctrl` in place, as `READ_ONCE` does. No reference to
+/// the whole structure is made: the core writes its other fields (state, locks, work items)
+/// concurrently.
 macro_rules! ctrl_field {
-    ($ctrl:expr, $field:ident) => {
-        // SAFETY: alive (type invariant of `Ctrl`), and only this field is read. The fields
-        // read this way are written by the core or this transport while setting up, not while
-        // the transport reads them.
-        unsafe { core::ptr::addr_of!((*$ctrl.0.as_ptr()).$field).read() }
-    };
+    ($ctrl:expr, $field:ident) => {{
+        let ctrl: &Ctrl = &$ctrl;
+        // SAFETY: alive (`Ctrl` invariant); only this field is read, in one volatile load. Some
+        // change in a reconnect (`queue_count`, `sqsize`, `icdoff`) while the statistics file
+        // reads them, say: a reader sees the old or the new value and can use either.
+        unsafe { core::ptr::addr_of!((*ctrl.0.as_ptr()).$field).read_volatile() }
+    }};
 }
 
 /// A live controller of the NVMe core (see the module docs for the invariant).

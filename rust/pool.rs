@@ -344,7 +344,7 @@ impl Pool {
         if mapped != n as i32 {
             crate::glue::log_err!(
                 core::ptr::null(),
-                "pool: ib_map_mr_sg mapped {} of {} chunks",
+                "pool: ib_map_mr_sg mapped {} of {} mappings",
                 mapped,
                 n
             );
