@@ -224,13 +224,6 @@ impl Pool {
         unsafe { self.chunks[chunk].va.as_ptr().add(offset) }
     }
 
-    /// The address of part `i` of the pool cut into parts of `piece` bytes, a power of two
-    /// that divides the chunk size.
-    fn piece_ptr(&self, i: usize, piece: u64) -> *mut u8 {
-        let per_chunk = (self.layout.chunk_size() / piece) as usize;
-        self.span_ptr(i / per_chunk, (i % per_chunk) * piece as usize)
-    }
-
     /// Copies `src` into the pool at `offset`.
     ///
     /// # Safety
@@ -276,18 +269,23 @@ impl Pool {
             );
             return Err(EINVAL);
         };
-        let n = self.chunks.len() * (chunk / piece) as usize;
+        let per_chunk = (chunk / piece) as usize;
+        let n = self.chunks.len() * per_chunk;
+        let mut sg = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            sg.push(bindings::scatterlist::default(), GFP_KERNEL)?;
+        }
+        // SAFETY: `sg` holds `n` entries; init marks the last one.
+        unsafe { bindings::sg_init_table(sg.as_mut_ptr(), n as u32) };
         let mut maps = KVec::with_capacity(n, GFP_KERNEL)?;
-        for i in 0..n {
-            // SAFETY: `piece` bytes at `i * piece` lie within the pool's chunks (`piece`
-            // divides the chunk size), which outlive the registration, dropped before the
-            // pool (see `Chunk`).
+        for (i, entry) in sg.iter_mut().enumerate() {
+            let c = &self.chunks[i / per_chunk];
+            // SAFETY: `piece` divides the chunk, so part `i % per_chunk` lies within it.
+            let va = unsafe { c.va.as_ptr().add((i % per_chunk) * piece as usize) };
+            // SAFETY: those `piece` bytes outlive the registration, which is dropped before
+            // the pool (see `Chunk`).
             let map = unsafe {
-                dev.map_single(
-                    self.piece_ptr(i, piece).cast::<c_void>(),
-                    piece as usize,
-                    DmaDir::Bidirectional,
-                )
+                dev.map_single(va.cast::<c_void>(), piece as usize, DmaDir::Bidirectional)
             }
             .inspect_err(|_| {
                 crate::glue::log_err!(
@@ -299,6 +297,11 @@ impl Pool {
                     n
                 )
             })?;
+            // SAFETY: a valid entry of an initialized table; `map` maps its buffer.
+            unsafe {
+                bindings::rsrdma_sg_set_buf(entry, va.cast(), piece as u32);
+                bindings::rsrdma_sg_set_dma(entry, map.addr(), piece as u32);
+            }
             maps.push(map, GFP_KERNEL)?;
         }
         // The MR's page size: what the mappings' sizes and DMA addresses allow.
@@ -319,22 +322,6 @@ impl Pool {
                 dev.name()
             );
             return Err(EINVAL);
-        }
-
-        let mut sg = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            sg.push(bindings::scatterlist::default(), GFP_KERNEL)?;
-        }
-        // SAFETY: `sg` holds `n` entries; init marks the last one.
-        unsafe { bindings::sg_init_table(sg.as_mut_ptr(), n as u32) };
-        for (i, m) in maps.iter().enumerate() {
-            let entry = &mut sg[i] as *mut bindings::scatterlist;
-            // SAFETY: valid entries of an initialized table; the buffer is the `piece` bytes
-            // at pool offset `i * piece`, and `m` its mapping.
-            unsafe {
-                bindings::rsrdma_sg_set_buf(entry, self.piece_ptr(i, piece).cast(), piece as u32);
-                bindings::rsrdma_sg_set_dma(entry, m.addr(), piece as u32);
-            }
         }
 
         let mr = Mr::new(pd, nr_pages as u32)?;
