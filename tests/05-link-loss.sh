@@ -75,6 +75,9 @@ cycle() {
 	CYCLE_MS=$(recovered "$ctrl" "$t") || {
 		ktap_diag "$name: no recovery within ${RECOVERY_TIMEOUT} s (state $(ctrl_state "$ctrl"))," \
 			"back at $t, last probe read at $(tail -n1 "$PROBE_LOG"), probe $(kill -0 "$PROBE_PID" 2>/dev/null && echo alive || echo dead)"
+		# The one cause outside the host seen so far (see KATO below).
+		dmesg_after "$mark" | grep -m1 'nvmet: .*keep-alive timer .* expired' |
+			sed 's/^/target: /' | ktap_diag
 		return 1
 	}
 	after=$(our_rkeys)
@@ -103,8 +106,14 @@ dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_debug/control 2>/dev/null
 
+# The target must keep the association through every outage below: when its keep-alive timer
+# expires while the port is down, nvmet-rdma's disconnect requests go out through the down port
+# and soft-RoCE's GSI QP fails for good (admin guide, "soft-RoCE and link loss"), which no host
+# can recover from. A 3 s flap can last over 6 s on the debug kernel, longer than the default
+# 5 s keep-alive timeout.
+KATO=15
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
-	--reconnect-delay=1 --ctrl-loss-tmo=120 | ktap_diag
+	--reconnect-delay=1 --ctrl-loss-tmo=120 --keep-alive-tmo=$KATO | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
 ctrl=$(basename "$(dirname "$(grep -lx "$NQN_NULL" /sys/class/nvme/nvme*/subsysnqn | head -n1)")")
