@@ -27,6 +27,11 @@ if ! grep -q virtme /proc/cmdline 2>/dev/null && [ -z "${RSRDMA_ALLOW_HOST:-}" ]
 fi
 
 RSRDMA_REPO=${RSRDMA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+. "$(dirname "${BASH_SOURCE[0]}")/suite.sh"
+
+# scaled SECONDS: a wait for the kernel under test, times the suite's timeout scale (3 on the
+# debug kernel, where everything takes several times as long; see tests/lib/suite.sh).
+scaled() { echo $(($1 * $(suite_timeout_scale))); }
 RSRDMA_OUT=${RSRDMA_OUT:-/tmp/rsrdma-out}
 RSRDMA_KO=${RSRDMA_KO:-$RSRDMA_REPO/nvme_rsrdma.ko}
 export RSRDMA_REPO RSRDMA_OUT RSRDMA_KO
@@ -738,12 +743,13 @@ _fio_report() {
 # Returns once fio's job process runs (fio takes seconds to start under TCG, more on a busy
 # guest), so that what the caller does next happens under I/O.
 fio_start() {
-	local dev=$1
+	local dev=$1 secs
 	shift
+	secs=$(scaled 60)
 	FIO_DEV=$dev FIO_OUT=$(mktemp /tmp/rsrdma-fio.XXXXXX)
 	_fio_run "$dev" --time_based --runtime=3600 "$@" >"$FIO_OUT" 2>&1 &
 	FIO_PID=$!
-	wait_for 60 _fio_job_running || ktap_diag "fio on $dev: no job process after 60 s"
+	wait_for "$secs" _fio_job_running || ktap_diag "fio on $dev: no job process after $secs s"
 }
 
 # _fio_pids: the processes of the fio_start job (the main one, then its job processes).
