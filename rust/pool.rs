@@ -218,9 +218,11 @@ impl Pool {
         }
     }
 
+    /// The address `offset` bytes into chunk `chunk`; `offset` lies within the chunk.
     fn span_ptr(&self, chunk: usize, offset: usize) -> *mut u8 {
-        // SAFETY: `chunk_spans` yields in-range chunk indices and offsets for slices of the
-        // layout, so the pointer stays inside the chunk's allocation.
+        // SAFETY: the callers pass in-range offsets (`chunk_spans` yields them for slices of
+        // the layout; `map` for parts of a size that divides the chunk), so the pointer stays
+        // inside the chunk's allocation.
         unsafe { self.chunks[chunk].va.as_ptr().add(offset) }
     }
 
@@ -279,9 +281,7 @@ impl Pool {
         unsafe { bindings::sg_init_table(sg.as_mut_ptr(), n as u32) };
         let mut maps = KVec::with_capacity(n, GFP_KERNEL)?;
         for (i, entry) in sg.iter_mut().enumerate() {
-            let c = &self.chunks[i / per_chunk];
-            // SAFETY: `piece` divides the chunk, so part `i % per_chunk` lies within it.
-            let va = unsafe { c.va.as_ptr().add((i % per_chunk) * piece as usize) };
+            let va = self.span_ptr(i / per_chunk, (i % per_chunk) * piece as usize);
             // SAFETY: those `piece` bytes outlive the registration, which is dropped before
             // the pool (see `Chunk`).
             let map = unsafe {
