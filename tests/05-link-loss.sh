@@ -75,7 +75,7 @@ cycle() {
 	CYCLE_MS=$(recovered "$ctrl" "$t") || {
 		ktap_diag "$name: no recovery within ${RECOVERY_TIMEOUT} s (state $(ctrl_state "$ctrl"))," \
 			"back at $t, last probe read at $(tail -n1 "$PROBE_LOG"), probe $(kill -0 "$PROBE_PID" 2>/dev/null && echo alive || echo dead)"
-		# The one cause outside the host seen so far (see KATO below).
+		# The one cause outside the host seen so far (see the keep-alive timeout below).
 		dmesg_after "$mark" | grep -m1 'nvmet: .*keep-alive timer .* expired' |
 			sed 's/^/target: /' | ktap_diag
 		return 1
@@ -111,9 +111,8 @@ echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_deb
 # and soft-RoCE's GSI QP fails for good (admin guide, "soft-RoCE and link loss"), which no host
 # can recover from. A 3 s flap can last over 6 s on the debug kernel, longer than the default
 # 5 s keep-alive timeout.
-KATO=15
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" \
-	--reconnect-delay=1 --ctrl-loss-tmo=120 --keep-alive-tmo=$KATO | ktap_diag
+	--reconnect-delay=1 --ctrl-loss-tmo=120 --keep-alive-tmo=15 | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
 ctrl=$(basename "$(dirname "$(grep -lx "$NQN_NULL" /sys/class/nvme/nvme*/subsysnqn | head -n1)")")

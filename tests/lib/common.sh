@@ -27,14 +27,15 @@ if ! grep -q virtme /proc/cmdline 2>/dev/null && [ -z "${RSRDMA_ALLOW_HOST:-}" ]
 fi
 
 RSRDMA_REPO=${RSRDMA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+RSRDMA_OUT=${RSRDMA_OUT:-/tmp/rsrdma-out}
+RSRDMA_KO=${RSRDMA_KO:-$RSRDMA_REPO/nvme_rsrdma.ko}
+export RSRDMA_REPO RSRDMA_OUT RSRDMA_KO
+
 . "$(dirname "${BASH_SOURCE[0]}")/suite.sh"
 
 # scaled SECONDS: a wait for the kernel under test, times the suite's timeout scale (3 on the
 # debug kernel, where everything takes several times as long; see tests/lib/suite.sh).
 scaled() { echo $(($1 * $(suite_timeout_scale))); }
-RSRDMA_OUT=${RSRDMA_OUT:-/tmp/rsrdma-out}
-RSRDMA_KO=${RSRDMA_KO:-$RSRDMA_REPO/nvme_rsrdma.ko}
-export RSRDMA_REPO RSRDMA_OUT RSRDMA_KO
 
 export TARGET_ADDR=10.0.2.15 TARGET_PORT=4420
 export NQN_NULL=nqn.2026-11.io.rsrdma:null
