@@ -33,16 +33,23 @@ done
 
 tarball=/usr/src/linux-source-6.12.tar.xz
 [ -f "$tarball" ] || die "$tarball missing: run scripts/deps.sh"
+# The series is pinned (6.12 LTS); the sublevel is whatever Debian's linux-source-6.12 ships
+# now, and its security updates move it (6.12.117, then 6.12.118). The package version and the
+# tarball itself are in the key, so an update builds a new tree instead of reusing the old one.
+pkg=$(dpkg-query -W -f='${Version}' linux-source-6.12 2>/dev/null) || pkg=
+version=${pkg%%-*}
+[[ "$version" =~ ^6\.12\.[0-9]+$ ]] || version=6.12
 
 key=$( {
-	echo "$KERNEL_VERSION $flavour ${llvm[*]}"
+	echo "$pkg $flavour ${llvm[*]}"
+	stat -c '%s %Y' "$tarball"
 	cat "${fragments[@]}"
 	"$RUSTC" --version
 	bindgen --version
 	gcc --version | head -n1
 	[ -z "${llvm[*]}" ] || clang --version | head -n1
 } | sha256sum | cut -c1-12)
-kdir=$cache/linux-$KERNEL_VERSION-$flavour-$key
+kdir=$cache/linux-$version-$flavour-$key
 stamp=$kdir/.rsrdma-built
 
 if [ -f "$stamp" ]; then
@@ -67,7 +74,7 @@ fi
 
 mk() { make -C "$kdir" -s "${llvm[@]}" RUSTC="$RUSTC" BINDGEN=bindgen "$@"; }
 
-log "configuring $flavour kernel ($KERNEL_VERSION, tinyconfig + ${fragments[*]##*/})"
+log "configuring $flavour kernel ($version, tinyconfig + ${fragments[*]##*/})"
 mk tinyconfig >/dev/null
 (cd "$kdir" && scripts/kconfig/merge_config.sh -m .config "${fragments[@]}" >/dev/null)
 mk olddefconfig >/dev/null

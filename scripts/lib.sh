@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 # Shared settings for the scripts. Sourced, not run.
 
-KERNEL_VERSION=6.12.117
 BINDGEN_VERSION=0.69.5
 VIRTME_NG_VERSION=1.42
 # The kernel's Rust needs the distribution rustc that ships its core sources, not rustup's.
