@@ -212,7 +212,7 @@ rc=$?
 ms=$((($(date +%s%N) - start) / 1000000))
 ktap_diag "unreachable: status $rc after $ms ms: $out"
 dmesg_since_mark | grep -E 'rsrdma|nvme' | tail -n 3 | ktap_diag
-if ((rc != 0 && ms < 10000)) && _no_ctrl_for "$NQN_NULL"; then
+if ((rc != 0 && ms < $(scaled 10) * 1000)) && _no_ctrl_for "$NQN_NULL"; then
 	ktap_ok "unreachable address fails within the resolution timeout"
 else
 	ktap_fail "unreachable address fails within the resolution timeout"
