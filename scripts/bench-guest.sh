@@ -312,17 +312,34 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 	bench_target null || { note "bench target (null) failed"; exit 1; }
 	# perf report of transport $1's samples, with the out-of-tree module's symbols from kallsyms.
 	preport() { perf report -i "/tmp/perf.$1" --kallsyms=/proc/kallsyms --no-children "${@:2}"; }
-	# The first perf run of a boot spends seconds reading symbols before it samples: not
-	# during the first transport's window.
-	perf record -q -a -o /tmp/perf.warm -- sleep 1 >/dev/null 2>&1
+	# perf_ctl COMMAND: a command to the running perf record, answered once perf has done it.
+	perf_ctl() {
+		echo "$1" >&"$pctl"
+		local ack
+		read -r -t 120 -u "$pack" ack && [ "$ack" = ack ]
+	}
 	for t in $TRANSPORTS; do
 		dev=$(connect "$t" "$TARGET_PORT" "$(sub_nqn "$t")") || { note "connect $t failed"; exit 1; }
 		for job in "${JOBS[@]}"; do
 			[ "${job%% *}" = "$pjob" ] || continue
+			# perf starts with its events off and samples only between enable and disable:
+			# under load its start-up (symbols, every process's maps) took longer than the
+			# job, and a profile started with "perf record -- sleep 6" sampled an idle guest.
+			rm -f /tmp/perf.ctl /tmp/perf.ack
+			mkfifo /tmp/perf.ctl /tmp/perf.ack
+			exec {pctl}<>/tmp/perf.ctl {pack}<>/tmp/perf.ack
+			perf record -q -a -g -D -1 --control fd:"$pctl","$pack" -o "/tmp/perf.$t" \
+				-- sleep 600 >/dev/null 2>&1 &
+			perf_pid=$!
+			perf_ctl ping || note "perf for $t did not start"
 			SECS=14 run_job profile "$t" 1 "$dev" "$job" &
 			sleep 5
-			perf record -q -a -g -o "/tmp/perf.$t" -- sleep 6 >/dev/null 2>&1
+			perf_ctl enable || note "perf for $t did not enable its events"
+			sleep 6
+			perf_ctl disable || note "perf for $t did not disable its events"
+			kill -INT "$perf_pid"
 			wait
+			exec {pctl}>&- {pack}>&-
 		done
 		host_disconnect_all >/dev/null
 		{
