@@ -323,8 +323,8 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 		for job in "${JOBS[@]}"; do
 			[ "${job%% *}" = "$pjob" ] || continue
 			# perf starts with its events off and samples only between enable and disable:
-			# under load its start-up (symbols, every process's maps) took longer than the
-			# job, and a profile started with "perf record -- sleep 6" sampled an idle guest.
+			# started as "perf record -- sleep 6" during the job, it sampled an idle guest
+			# while the job ran (its own start-up under load, it seems, outlasted the window).
 			rm -f /tmp/perf.ctl /tmp/perf.ack
 			mkfifo /tmp/perf.ctl /tmp/perf.ack
 			exec {pctl}<>/tmp/perf.ctl {pack}<>/tmp/perf.ack

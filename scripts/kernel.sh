@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Build (or reuse) the pinned guest kernel and print its build directory on stdout.
+# Build (or reuse) the guest kernel and print its build directory on stdout.
 #
 #   scripts/kernel.sh [default|debug]
 #
