@@ -100,6 +100,15 @@ fresh_verify() {
 	return $rc
 }
 
+# RSRDMA_HOSTILE_CASES (an extended regular expression, unanchored) runs only the cases whose
+# name matches; the polite connect and the final unload always run, the other cases are
+# reported as skipped. selected NAME: whether to run the case, reporting the skip if not.
+selected() {
+	[ -z "${RSRDMA_HOSTILE_CASES:-}" ] || [[ $1 =~ $RSRDMA_HOSTILE_CASES ]] && return 0
+	ktap_skip "$1" "not selected by RSRDMA_HOSTILE_CASES"
+	return 1
+}
+
 # A test case: case_begin, expectations (expect DESCRIPTION CMD...), case_end NAME. A failed
 # expectation is a diagnostic line; the case fails if any did. case_end also asks for a clean
 # kernel log and for the module to unload (and loads it again).
@@ -149,6 +158,7 @@ REJECT_MSG=("" "invalid private data length" "invalid record format" "invalid qu
 connect_fails() {
 	local name=$1 mode=$2 re=$3 out rc t
 	shift 3
+	selected "$name" || return 0
 	case_begin
 	if hostile_start --mode "$mode" "$@"; then
 		t=$SECONDS
@@ -176,6 +186,7 @@ connect_fails() {
 io_fault() {
 	local name=$1 on=$2 mode=$3 re=$4 dev ctrl
 	shift 4
+	selected "$name" || return 0
 	case_begin
 	if hostile_start --mode "$mode" --arm signal "$@" && hconnect --reconnect-delay=1 \
 		--ctrl-loss-tmo=60 | ktap_diag && dev=$(hdev) && ctrl=$(hostile_ctrl) &&
@@ -205,6 +216,7 @@ io_fault() {
 reconnect_fault() {
 	local name=$1 mode=$2 dnr=$3 re=$4 dev ctrl n
 	shift 4
+	selected "$name" || return 0
 	case_begin
 	if hostile_start --mode "$mode" --after-reconnect --arm signal "$@" &&
 		hconnect --reconnect-delay=1 --ctrl-loss-tmo=30 | ktap_diag && dev=$(hdev) &&
@@ -370,6 +382,7 @@ io_fault "close-mid-transfer: association closed during a 4 MiB read" read close
 # --- keep-alive answered late -----------------------------------------------------------------------
 late_keepalive() { # NAME HOLD_MS|"" EXPECT_RECOVERY
 	local name=$1 ms=$2 recovery=$3 dev ctrl
+	selected "$name" || return 0
 	case_begin
 	if hostile_start --mode "late-keepalive${ms:+:$ms}" --arm signal &&
 		hconnect --keep-alive-tmo=5 --reconnect-delay=1 --ctrl-loss-tmo=60 | ktap_diag &&
@@ -403,6 +416,7 @@ late_keepalive "late-keepalive:1500: answered late but within KATO, tolerated" 1
 stale_rkey() {
 	local name="stale-rkey: RDMA WRITE with the previous association's RKEY fails at the target"
 	local dev ctrl key
+	selected "$name" || return 0
 	case_begin
 	if hostile_start --mode stale-rkey --arm signal -v &&
 		hconnect --reconnect-delay=1 --ctrl-loss-tmo=60 | ktap_diag && dev=$(hdev) &&

@@ -22,7 +22,8 @@
 #
 # Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex> (guest tests to run,
 # see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_TIMEOUT_SCALE (3 on the debug kernel),
-# RSRDMA_WERROR. Logs: out/test-<time>/.
+# RSRDMA_WERROR; the tests' own knobs in guest_knobs below go into the guest when set.
+# Logs: out/test-<time>/.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,6 +49,11 @@ phase() {
 	timings+=("$(printf '%-7s %5d s%s' "$name" $(($(date +%s) - start)) "$( ((rc)) && echo "  (failed, status $rc)")")")
 	return $rc
 }
+
+# What the guest's tests read from the environment besides selection and timeouts: the host
+# modes (tests/lib/suite.sh), the counts of 03, 04 and 05, 06-hostile's case selection.
+guest_knobs=(RSRDMA_MODES RSRDMA_CONNECT_CYCLES RSRDMA_IO_SECONDS RSRDMA_FLAPS RSRDMA_REMOVALS
+	RSRDMA_PORT_CYCLES RSRDMA_HOSTILE_CASES)
 
 mapfile -t guest_tests < <(suite_select)
 # The guest's budget: booting (slower on the debug kernel, like every test) and the tests.
@@ -190,9 +196,13 @@ if ((${#guest_tests[@]} == 0)); then
 	log "no guest test matches RSRDMA_TESTS='${RSRDMA_TESTS:-}'"
 elif ((build_ok)); then
 	guest_rc=0
+	knobs=()
+	for v in "${guest_knobs[@]}"; do
+		[ -z "${!v:-}" ] || knobs+=("$v=${!v}")
+	done
 	phase guest scripts/vm.sh -t "$guest_timeout" -o "$out" -- \
 		env RSRDMA_TESTS="${RSRDMA_TESTS:-}" RSRDMA_TEST_TIMEOUT="${RSRDMA_TEST_TIMEOUT:-}" \
-		RSRDMA_TIMEOUT_SCALE="$timeout_scale" \
+		RSRDMA_TIMEOUT_SCALE="$timeout_scale" "${knobs[@]}" \
 		tests/guest-suite.sh || guest_rc=$?
 fi
 
