@@ -6,7 +6,9 @@
 # Data moved through the rsrdma transport: fio with crc32c verification over random reads and
 # writes from 512 bytes to 4 MiB and mixed sizes, on both I/O queues and several queue depths,
 # with more large I/O in flight than the pool's large area holds; an ext4 file round trip through
-# the page cache; a file-backed namespace; a disconnect with I/O in flight.
+# the page cache; a file-backed namespace; write zeroes, discard, flush and a passthrough read;
+# namespaces added and removed while connected (asynchronous events); a disconnect with I/O in
+# flight.
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
@@ -36,7 +38,7 @@ queues_used() { # DEV
 }
 
 ktap_header
-ktap_plan 17
+ktap_plan 21
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -128,7 +130,88 @@ else
 	ktap_fail "fio verify on a file-backed namespace" "no namespace for $NQN_FILE"
 fi
 
+# --- commands besides read and write -------------------------------------------------------------
+# Write Zeroes (no data, the range in the command) on the null_blk namespace; Dataset Management,
+# whose range list is the request's special payload, on the file-backed one, where the target
+# punches a hole in its tmpfs file; Flush (nvmet reports a volatile write cache) and a read
+# passed through by nvme-cli. Each must reach the target with its own range: what lies outside it
+# stays as written, and the commands show in the core's nvme_setup_cmd trace.
+PAT=/tmp/rsrdma-pat BACK=/tmp/rsrdma-back
+head -c $((8 << 20)) /dev/urandom >"$PAT"
+trace_cmds() { # 1|0: the nvme_setup_cmd trace event on (the trace cleared) or off
+	mountpoint -q "$TRACING" || mount -t tracefs nodev "$TRACING" 2>/dev/null
+	(($1)) && echo >"$TRACING/trace"
+	echo "$1" >"$TRACING/events/nvme/nvme_setup_cmd/enable"
+}
+traced() { # OPCODE_NAME: the trace has such a command; its first ones as diagnostics
+	grep -o "cmd=($1 [^)]*" "$TRACING/trace" | head -n 3 | ktap_diag
+	grep -q "cmd=($1 " "$TRACING/trace"
+}
+mib() { dd if="$1" bs=1M skip="$2" count="$3" status=none; } # FILE OFFSET_MIB LENGTH_MIB
+# has_hole FILE: its first 8 MiB are the pattern, except [2, 4) MiB, which is all zeros.
+has_hole() {
+	cmp -s <(mib "$1" 0 2) <(mib "$PAT" 0 2) && cmp -s <(mib "$1" 2 2) <(mib /dev/zero 0 2) &&
+		cmp -s <(mib "$1" 4 4) <(mib "$PAT" 4 4)
+}
+dev_has_hole() { dd if="$1" of="$BACK" bs=1M count=8 iflag=direct status=none && has_hole "$BACK"; }
+write_zeroes() {
+	local rc
+	trace_cmds 1
+	dd if="$PAT" of="$dev" bs=1M oflag=direct status=none &&
+		blkdiscard -z -o $((2 << 20)) -l $((2 << 20)) "$dev" && dev_has_hole "$dev"
+	rc=$?
+	trace_cmds 0
+	traced nvme_cmd_write_zeroes && return $rc
+}
+ktap_check "write zeroes: the range reads back as zeros, the data around it intact" write_zeroes
+# On the target's side the discarded range is a hole in the file: 2 MiB fewer allocated.
+discard() {
+	local img=$TARGET_TMPFS/file.img before after rc
+	trace_cmds 1
+	dd if="$PAT" of="$fdev" bs=1M oflag=direct status=none && before=$(stat -c %b "$img") &&
+		blkdiscard -o $((2 << 20)) -l $((2 << 20)) "$fdev" && after=$(stat -c %b "$img") &&
+		dev_has_hole "$fdev" && has_hole "$img" && ((before - after == 4096))
+	rc=$?
+	trace_cmds 0
+	ktap_diag "target file: ${before:-?} blocks of 512 B before the discard, ${after:-?} after"
+	traced nvme_cmd_dsm && return $rc
+}
+ktap_check "discard: the target frees exactly the range, the data around it intact" discard
+passthrough() {
+	local rc
+	trace_cmds 1
+	nvme flush "$dev" -n 1 2>&1 | ktap_diag && ((PIPESTATUS[0] == 0)) &&
+		nvme read "$dev" -n 1 -s 0 -c 15 -z 8192 -d "$BACK" 2>&1 | ktap_diag &&
+		((PIPESTATUS[0] == 0)) && cmp -s -n 8192 "$BACK" "$PAT"
+	rc=$?
+	trace_cmds 0
+	traced nvme_cmd_flush && return $rc
+}
+ktap_check "flush and a passthrough read (nvme-cli) succeed, the read returns the data" passthrough
+rm -f "$PAT" "$BACK"
+
+# --- namespace changes: asynchronous events ------------------------------------------------------
+# The target adds a namespace to a connected subsystem, then disables it: each change reaches
+# the host as an asynchronous event on the admin queue (the transport keeps one Asynchronous
+# Event Request posted there), and the core rescans. The second change needs the request the
+# host posts again after the first event.
+NS2=$NVMET_CFS/subsystems/$NQN_NULL2/namespaces/2
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL2" | ktap_diag
+has_ns2() { grep -qx 2 "$(ctrl_for "$NQN_NULL2")"/nvme*n*/nsid 2>/dev/null; }
+no_ns2() { ! has_ns2; }
+ns_events() {
+	wait_for 30 nvme_dev_for_nqn "$NQN_NULL2" >/dev/null && no_ns2 &&
+		truncate -s 16M "$TARGET_TMPFS/ns2.img" && mkdir "$NS2" &&
+		_w "$TARGET_TMPFS/ns2.img" "$NS2/device_path" && _w 1 "$NS2/enable" || return 1
+	wait_for 30 has_ns2 || { ktap_diag "the added namespace did not appear"; return 1; }
+	ktap_diag "namespace 2 appeared: $(grep -lx 2 "$(ctrl_for "$NQN_NULL2")"/nvme*n*/nsid)"
+	_w 0 "$NS2/enable" || return 1
+	wait_for 30 no_ns2 || { ktap_diag "the disabled namespace did not go away"; return 1; }
+}
+ktap_check "a namespace added and removed on the target: the host follows both" ns_events
 host_disconnect_all
+[ ! -d "$NS2" ] || rmdir "$NS2"
+rm -f "$TARGET_TMPFS/ns2.img"
 
 # --- in-capsule data ----------------------------------------------------------------------------
 # nvmet-rdma advertises in-capsule data (SGLS bit 20, inline_data_size = a page): 4 KiB writes on
