@@ -22,18 +22,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-# The queue IDs commands went to during a short fio run, from the NVMe core's nvme_setup_cmd
-# trace event: "qid=N count" per queue. The namespace's I/O queues are qid 1 and up.
+# The NVMe core's nvme_setup_cmd trace event, one line per command sent.
 TRACING=/sys/kernel/tracing
-queues_used() { # DEV
+trace_cmds() { # 1|0: the event on (the trace cleared) or off; 1 if the kernel has no such event
 	mountpoint -q "$TRACING" || mount -t tracefs nodev "$TRACING" 2>/dev/null
-	[ -e "$TRACING/events/nvme/nvme_setup_cmd/enable" ] || { echo "no nvme trace events"; return; }
-	echo >"$TRACING/trace"
-	echo 1 >"$TRACING/events/nvme/nvme_setup_cmd/enable"
+	[ -e "$TRACING/events/nvme/nvme_setup_cmd/enable" ] || return 1
+	(($1)) && echo >"$TRACING/trace"
+	echo "$1" >"$TRACING/events/nvme/nvme_setup_cmd/enable"
+}
+
+# The queue IDs commands went to during a short fio run: "qid=N count" per queue. The
+# namespace's I/O queues are qid 1 and up.
+queues_used() { # DEV
+	trace_cmds 1 || { echo "no nvme trace events"; return; }
 	# Reads and writes: with write queues (min_io_queues) they go on different queues.
 	fio --name=spread --filename="$1" --direct=1 --rw=randrw --bs=4k --iodepth=8 --size=8m \
 		--runtime=2 --time_based "${SPLIT[@]}" >/dev/null 2>&1
-	echo 0 >"$TRACING/events/nvme/nvme_setup_cmd/enable"
+	trace_cmds 0
 	grep -o 'qid=[0-9]*' "$TRACING/trace" | sort | uniq -c | awk '{ print $2, $1 }'
 }
 
@@ -138,11 +143,6 @@ fi
 # stays as written, and the commands show in the core's nvme_setup_cmd trace.
 PAT=/tmp/rsrdma-pat BACK=/tmp/rsrdma-back
 head -c $((8 << 20)) /dev/urandom >"$PAT"
-trace_cmds() { # 1|0: the nvme_setup_cmd trace event on (the trace cleared) or off
-	mountpoint -q "$TRACING" || mount -t tracefs nodev "$TRACING" 2>/dev/null
-	(($1)) && echo >"$TRACING/trace"
-	echo "$1" >"$TRACING/events/nvme/nvme_setup_cmd/enable"
-}
 traced() { # OPCODE_NAME: the trace has such a command; its first ones as diagnostics
 	grep -o "cmd=($1 [^)]*" "$TRACING/trace" | head -n 3 | ktap_diag
 	grep -q "cmd=($1 " "$TRACING/trace"
