@@ -21,7 +21,7 @@ use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
 use crate::stats::{CtrlStats, DebugDir};
-use crate::sync::{ConnCell, IrqLock};
+use crate::sync::{Completion, ConnCell, IrqLock};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use kernel::c_str;
@@ -33,6 +33,8 @@ use kernel::types::Opaque;
 
 /// Largest queue size the transport uses (as NVME_RDMA_MAX_QUEUE_SIZE).
 const MAX_QUEUE_SIZE: u32 = 256;
+/// How often device removal says that it still waits for a deletion to release the device.
+const RELEASE_WAIT_MS: u32 = 10_000;
 /// How long to wait for I/O to drain when the number of queues changes on reconnect.
 const FREEZE_TIMEOUT_MS: u32 = 30_000;
 const HCTX_MAX_TYPES: usize = bindings::hctx_type_HCTX_MAX_TYPES as usize;
@@ -87,10 +89,14 @@ pub(crate) struct RdmaCtrl {
     inline_size: AtomicU32,
     slot_size: u32,
     blocked_dev: AtomicPtr<bindings::ib_device>,
-    /// The device and port of `conn`, set and cleared with it: device and port events cannot
-    /// read the cell while set-up or teardown replaces it.
+    /// The device and port of `conn`, set when it is installed and cleared once it is
+    /// released: device and port events cannot read the cell while set-up or teardown
+    /// replaces it.
     conn_dev: AtomicPtr<bindings::ib_device>,
     conn_port: AtomicU32,
+    /// Signalled when `release_conn` has released everything of a connection on its device.
+    #[pin]
+    released: Completion,
     /// In the transport's controller list (creation completed).
     pub(crate) listed: AtomicBool,
     #[pin]
@@ -262,8 +268,8 @@ impl RdmaCtrl {
 
     /// The device the controller is connected through, if any.
     pub(crate) fn device(&self) -> Option<Device> {
-        // SAFETY: `conn_dev` names the device of the installed connection, which is cleared
-        // before that connection is released, and device removal releases it first.
+        // SAFETY: `conn_dev` names the device of the installed connection until it has been
+        // released, and the removal of that device waits for the release (`device_removed`).
         unsafe { Device::from_raw(self.conn_dev.load(Ordering::Acquire)) }
     }
 
@@ -337,6 +343,7 @@ impl RdmaCtrl {
         // SAFETY: set-up work, no connection installed: nothing else uses the cell.
         unsafe { self.conn.replace(Some(CtrlConn { reg: None, pd })) };
         self.conn_port.store(port, Ordering::Relaxed);
+        self.released.reinit();
         self.conn_dev.store(dev.as_ptr(), Ordering::Release);
         // SAFETY: as above.
         Ok(&unsafe { self.conn.get() }.ok_or(ENOMEM)?.pd)
@@ -465,6 +472,7 @@ impl RdmaCtrl {
                 blocked_dev: AtomicPtr::new(core::ptr::null_mut()),
                 conn_dev: AtomicPtr::new(core::ptr::null_mut()),
                 conn_port: AtomicU32::new(0),
+                released <- Completion::new(),
                 listed: AtomicBool::new(false),
                 recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkey: 0 }),
                 reconnects: AtomicU64::new(0),
@@ -495,13 +503,15 @@ impl RdmaCtrl {
             n.put();
             return Err(e);
         }
+        // At once, as the C driver does: the controller's sysfs files exist now, and a reset
+        // asked for through them is refused once it is CONNECTING, not while it is NEW.
+        if !n.change_state(State::Connecting) {
+            log_warn!(n.as_ptr(), "could not move a new controller to CONNECTING");
+        }
         // Before the controller can go LIVE, after which it may be deleted at any time.
         // SAFETY: the directory is removed in `delete_ctrl` (or below), before the controller
         // is freed.
         *ctrl.debugfs.lock() = Some(unsafe { DebugDir::new(debugfs_root, n.name(), ctrl) });
-        if !n.change_state(State::Connecting) {
-            log_warn!(n.as_ptr(), "could not move a new controller to CONNECTING");
-        }
         if let Err(f) = ctrl.setup(true) {
             drop(ctrl.debugfs.lock().take());
             n.uninit();
@@ -742,8 +752,6 @@ impl RdmaCtrl {
         let Some(c) = (unsafe { self.conn.replace(None) }) else {
             return;
         };
-        self.conn_dev
-            .store(core::ptr::null_mut(), Ordering::Release);
         if let Some(reg) = &c.reg {
             dbg_event!(
                 Pool,
@@ -753,6 +761,9 @@ impl RdmaCtrl {
             );
         }
         drop(c);
+        self.conn_dev
+            .store(core::ptr::null_mut(), Ordering::Release);
+        self.released.complete();
     }
 
     /// Sends the Fabrics Connect of queue `qid` and marks it live.
@@ -982,6 +993,15 @@ impl RdmaCtrl {
 
     /// Schedules the next reconnect attempt, or deletes the controller when the policy gives up.
     fn reconnect_or_remove(&self, outcome: Outcome) {
+        self.follow_policy(|r, now| r.next(now, outcome));
+    }
+
+    /// Schedules again the attempt decided last, which never ran (see `device_removed`).
+    fn rearm_reconnect(&self) {
+        self.follow_policy(Reconnect::again);
+    }
+
+    fn follow_policy(&self, decide: impl FnOnce(&mut Reconnect, u64) -> Decision) {
         let n = self.nvme();
         if n.state() != State::Connecting {
             return;
@@ -989,9 +1009,12 @@ impl RdmaCtrl {
         let decision = {
             let mut rec = self.recovery.lock();
             let policy = rec.policy;
-            rec.current
-                .get_or_insert_with(|| Reconnect::start(policy, now_ms()))
-                .next(now_ms(), outcome)
+            let now = now_ms();
+            decide(
+                rec.current
+                    .get_or_insert_with(|| Reconnect::start(policy, now)),
+                now,
+            )
         };
         match decision {
             Decision::AttemptNow => self.schedule_reconnect(0),
@@ -1049,12 +1072,13 @@ impl RdmaCtrl {
         if n.state() != State::Connecting {
             return;
         }
-        let attempt = self
-            .recovery
-            .lock()
-            .current
-            .as_ref()
-            .map_or(0, |r| r.attempts());
+        let attempt = {
+            let mut rec = self.recovery.lock();
+            rec.current.as_mut().map_or(0, |r| {
+                r.started(now_ms());
+                r.attempts()
+            })
+        };
         n.set_nr_reconnects(attempt as i32);
         match self.setup(false) {
             Ok(()) => {
@@ -1109,8 +1133,11 @@ impl RdmaCtrl {
                 State::Live | State::New | State::Dead => return,
                 State::Resetting => {}
                 State::Connecting => {
-                    // The attempt we may have cancelled is rescheduled; it cannot use `dev`.
-                    self.reconnect_or_remove(Outcome::Failed { dnr: false });
+                    // The cancel either took the next attempt off the queue before it ran,
+                    // or waited for a running one, which could not queue its successor
+                    // meanwhile. Either way the attempt decided last has not run: it is
+                    // queued again for its time, and it will not use `dev`.
+                    self.rearm_reconnect();
                     return;
                 }
                 State::Deleting | State::DeletingNoIo => {
@@ -1118,6 +1145,14 @@ impl RdmaCtrl {
                     unsafe {
                         bindings::flush_work(core::ptr::addr_of_mut!((*n.as_ptr()).delete_work))
                     };
+                    // `nvme disconnect` deletes in its own context, not in the delete work.
+                    while self.device() == Some(dev) && !self.released.wait_ms(RELEASE_WAIT_MS) {
+                        log_warn!(
+                            n.as_ptr(),
+                            "RDMA device {} removal: waiting for the controller's deletion to release it",
+                            dev.name()
+                        );
+                    }
                     return;
                 }
             }

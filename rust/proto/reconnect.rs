@@ -148,6 +148,31 @@ impl Reconnect {
         }
     }
 
+    /// Decides again the attempt decided last, which never ran: its work item was cancelled
+    /// while it waited, or the attempt before it could not queue it. The attempt keeps its
+    /// start time and is not counted twice; with none decided yet this is the first.
+    pub fn again(&mut self, now_ms: u64) -> Decision {
+        if let Some(reason) = self.gave_up {
+            return Decision::GiveUp(reason);
+        }
+        match self.last_attempt_ms {
+            None => self.next(now_ms, Outcome::First),
+            Some(at) => match at.saturating_sub(now_ms) {
+                0 => Decision::AttemptNow,
+                wait => Decision::AttemptIn(wait),
+            },
+        }
+    }
+
+    /// Records that the attempt decided last starts at `now_ms`. One brought forward (its
+    /// port or a device came back) counts from its actual start, so the next one is not
+    /// pushed later; one that starts late keeps its planned time, so delays do not add up.
+    pub fn started(&mut self, now_ms: u64) {
+        if let Some(at) = self.last_attempt_ms.as_mut() {
+            *at = (*at).min(now_ms);
+        }
+    }
+
     fn give_up(&mut self, reason: GiveUpReason) -> Decision {
         self.gave_up = Some(reason);
         Decision::GiveUp(reason)
@@ -286,6 +311,37 @@ mod tests {
         assert_eq!(r.next(0, Outcome::First), Decision::AttemptNow);
         assert_eq!(r.next(60_000, failed()), Decision::AttemptNow);
         assert_eq!(r.next(60_001, failed()), Decision::GiveUp(LOSS));
+    }
+
+    #[test]
+    fn an_attempt_decided_again_keeps_its_time() {
+        let mut r = Reconnect::start(policy(10, 15), 0);
+        assert_eq!(r.again(0), Decision::AttemptNow);
+        assert_eq!(r.attempts(), 1);
+        // Cancelled before it ran: still due now, not pushed past the deadline.
+        assert_eq!(r.again(2), Decision::AttemptNow);
+        assert_eq!(r.next(100, failed()), Decision::AttemptIn(9_900));
+        assert_eq!(r.again(4_000), Decision::AttemptIn(6_000));
+        assert_eq!(r.again(12_000), Decision::AttemptNow);
+        assert_eq!(r.attempts(), 2);
+        // Counted as failed instead, it would have been the one past the deadline.
+        assert_eq!(r.next(12_000, failed()), Decision::GiveUp(LOSS));
+        assert_eq!(r.again(12_000), Decision::GiveUp(LOSS));
+    }
+
+    #[test]
+    fn an_attempt_brought_forward_counts_from_its_start() {
+        let mut r = Reconnect::start(policy(6, 10), 0);
+        assert_eq!(r.next(0, Outcome::First), Decision::AttemptNow);
+        r.started(10);
+        assert_eq!(r.next(500, failed()), Decision::AttemptIn(5_500));
+        // Brought forward to 1 s: the next one is due 6 s later, within the deadline.
+        r.started(1_000);
+        assert_eq!(r.next(1_200, failed()), Decision::AttemptIn(5_800));
+        // Started late: still counted from when it was due.
+        r.started(7_500);
+        assert_eq!(r.next(7_600, failed()), Decision::GiveUp(LOSS));
+        assert_eq!(r.attempts(), 3);
     }
 
     #[test]
