@@ -38,7 +38,8 @@ const CM_RESOLVE_TIMEOUT_MS: u32 = 3000;
 const CM_CONNECT_TIMEOUT_MS: u32 = 10000;
 /// How long to wait for the pool registration work request to complete.
 const REG_TIMEOUT_MS: u32 = 5000;
-/// One command send in this many asks for a completion (see `Queue::post_command`).
+/// One command send in this many asks for a completion (see `Queue::post_command`), or in
+/// fewer on a shallow queue (see `Conn::signal_mask`).
 const SIGNAL_EVERY: u32 = 16;
 
 /// Queue flag bits.
@@ -120,6 +121,11 @@ pub(crate) struct Conn {
     lkey: u32,
     /// The QP takes a whole command capsule as inline data (see `Queue::post_capsule`).
     inline_capsule: bool,
+    /// One command send in `signal_mask + 1` asks for a completion: [`SIGNAL_EVERY`], or the
+    /// largest power of two not above the depth, so that the sends a provider may hold until
+    /// the next signaled completion (fewer than that) fit beside the depth's own in the send
+    /// queue. A power of two keeps the pattern across the wrap of the send counter.
+    signal_mask: u32,
 }
 
 impl Conn {
@@ -167,7 +173,7 @@ pub(crate) struct Queue {
     outstanding: AtomicU32,
     credits: AtomicU32,
     /// Block-layer polls running on the connection's CQ (poll queues): blk-mq polls without a
-    /// lock or quiesce, so `free` waits for them before it releases the connection.
+    /// lock or quiesce, so `stop` and `free` wait for them.
     pollers: AtomicU32,
     stats: QueueStats,
 }
@@ -406,6 +412,7 @@ impl Queue {
             rsp_map,
             lkey: pd.local_dma_lkey(),
             inline_capsule,
+            signal_mask: prev_power_of_two(depth.clamp(1, SIGNAL_EVERY)) - 1,
         };
 
         let tos = ctrl.nvme().opts().tos();
@@ -608,7 +615,18 @@ impl Queue {
                     conn.qp.disconnect();
                 }
                 conn.qp.drain();
+                // On a poll queue's CQ the drain polls beside blk-mq's pollers, one of which
+                // may still be handling completions it took before the drain's own ended.
+                self.wait_for_pollers();
             }
+        }
+    }
+
+    /// Waits for the block-layer polls running on this queue's CQ (`poll`) to return. They
+    /// poll a bounded CQ without sleeping.
+    fn wait_for_pollers(&self) {
+        while self.pollers.load(Ordering::SeqCst) != 0 {
+            core::hint::spin_loop();
         }
     }
 
@@ -693,9 +711,7 @@ impl Queue {
         if self.flags.swap(0, Ordering::SeqCst) & ALLOCATED == 0 {
             return;
         }
-        while self.pollers.load(Ordering::SeqCst) != 0 {
-            core::hint::spin_loop();
-        }
+        self.wait_for_pollers();
         // SAFETY: the controller's teardown stopped the queue and quiesced blk-mq before
         // calling this, so nothing uses the connection.
         let Some(conn) = (unsafe { self.conn.replace(None) }) else {
@@ -783,8 +799,9 @@ impl Queue {
     /// another queue (see `mq::spread`) has none and can only go as inline data (`EINVAL`
     /// otherwise).
     ///
-    /// Only one send in [`SIGNAL_EVERY`] asks for a completion (a failed send always
-    /// completes, and starts error recovery); the request completes on its response alone.
+    /// Only one send in [`SIGNAL_EVERY`] (fewer on a shallow queue) asks for a completion (a
+    /// failed send always completes, and starts error recovery); the request completes on its
+    /// response alone.
     /// That is safe because the response proves that the target received the whole capsule, and
     /// the command ring and the pool stay registered until the QP is drained: a send the
     /// adapter retransmits after its ring entry or slot was reused is a duplicate the target
@@ -803,7 +820,7 @@ impl Queue {
         inline: Option<bindings::ib_sge>,
     ) -> Result {
         let n = self.sends.fetch_add(1, Ordering::Relaxed);
-        let signaled = n % SIGNAL_EVERY == SIGNAL_EVERY - 1;
+        let signaled = n & conn.signal_mask == conn.signal_mask;
         // SAFETY: `send_cqe` lives in the queue, which outlives the QP; `index` and `inline`
         // per the contract.
         unsafe { self.post_capsule(conn, sqe, index, self.send_cqe.get(), signaled, inline) }
@@ -1212,4 +1229,9 @@ unsafe extern "C" fn reg_wr_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::i
             .store(wc.status as i32, Ordering::Release)
     };
     queue.reg_done.complete();
+}
+
+/// The largest power of two not above `n` (at least 1).
+fn prev_power_of_two(n: u32) -> u32 {
+    1 << (u32::BITS - 1 - n.max(1).leading_zeros())
 }
