@@ -95,7 +95,7 @@ cycle() {
 }
 
 ktap_header
-ktap_plan 17
+ktap_plan 19
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -305,6 +305,64 @@ ktap_diag "deleted while reconnecting in $((SECONDS - start)) s"
 ktap_check "delete while reconnecting" test "$(ctrl_state "$ctrl")" = gone
 ip link set "$RXE_NETDEV" up
 wait_for 30 _rxe_active
+
+# --- another RDMA device removed while a reconnect waits ------------------------------------------
+# Device removal waits for any reconnect attempt that may be using the device; one that only
+# waits out its delay keeps its time. reconnect_delay=10 and ctrl_loss_tmo=15 allow attempts at
+# 0 and 10 s only: an attempt the removal pushed back would fall past the deadline and the
+# controller would be deleted.
+waiting_reconnect() { dmesg_after "$1" | grep -q "$2: Reconnecting in"; }
+other_device_removed_while_reconnecting() {
+	local ctrl mark t rc=0
+	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy && ip link set rsrdma_dm0 up &&
+		timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 || return 1
+	ctrl=$(fabrics_connect "$opts,reconnect_delay=10,ctrl_loss_tmo=15") &&
+		wait_for 30 in_state "$ctrl" live || rc=1
+	mark=$(kmsg_mark)
+	t=$SECONDS
+	if ((rc == 0)); then
+		target_port_disable
+		wait_for 10 waiting_reconnect "$mark" "$ctrl" || { echo "no reconnect scheduled"; rc=1; }
+		timeout 60 rdma link delete rsrdma_x || rc=1
+		echo "rsrdma_x removed $((SECONDS - t)) s after the loss, $ctrl $(ctrl_state "$ctrl")"
+		target_port_enable
+		wait_for 30 in_state "$ctrl" live || { echo "$ctrl $(ctrl_state "$ctrl")"; rc=1; }
+		echo "$ctrl live again $((SECONDS - t)) s after the loss"
+		dmesg_after "$mark" | grep -E "$ctrl: .*([Rr]econnect|giving up)"
+	fi
+	target_port_enable
+	[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
+	timeout 60 rdma link delete rsrdma_x 2>/dev/null
+	ip link delete rsrdma_dm0
+	return $rc
+}
+ktap_check "another RDMA device removed while a reconnect waits: the attempt keeps its time" \
+	other_device_removed_while_reconnecting
+
+# --- disconnect while the RDMA device goes --------------------------------------------------------
+# The core deletes a controller in the context of the "nvme disconnect" that asked, not in a
+# work item: device removal must still wait until that deletion has released the device (its
+# queues, the pool's MR, the protection domain) before the RDMA core frees it.
+disconnect_during_device_removal() {
+	local i ctrl pid mark rc=0
+	for ((i = 1; i <= 3; i++)); do
+		ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60") &&
+			wait_for 30 in_state "$ctrl" live || { rc=1; break; }
+		mark=$(kmsg_mark)
+		timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1 &
+		pid=$!
+		timeout 60 rdma link delete "$RXE_NAME" || { echo "round $i: device removal failed"; rc=1; }
+		wait "$pid"
+		wait_for 30 in_state "$ctrl" gone || { echo "round $i: $ctrl $(ctrl_state "$ctrl")"; rc=1; }
+		echo "round $i: $(dmesg_after "$mark" | grep -oE 'RDMA device .* removed \([0-9]+ controllers released it\)|waiting for .*')"
+		rdma link add "$RXE_NAME" type rxe netdev "$RXE_NETDEV" && wait_for 30 _rxe_active &&
+			target_port_disable && target_port_enable || { rc=1; break; }
+		((rc == 0)) || break
+	done
+	echo "left: $(rdma_counts | grep -vE ' 0$' | tr '\n' ' ')"
+	return $rc
+}
+ktap_check "nvme disconnect while its RDMA device is removed" disconnect_during_device_removal
 
 ktap_check "module unloads" host_unload
 ktap_check "kernel log clean" dmesg_check_clean
