@@ -63,6 +63,11 @@ pub(crate) struct RdmaCtrl {
     admin_tag_set: Opaque<bindings::blk_mq_tag_set>,
     #[pin]
     tag_set: Opaque<bindings::blk_mq_tag_set>,
+    /// Held while the I/O tag set's hardware queues change (`update_nr_hw_queues`
+    /// reallocates and frees its tags) and while a walk of its tags aborts the commands of a
+    /// lost queue (`Queue::lost_while_connecting`), which may run during that change.
+    #[pin]
+    tag_set_change: Mutex<()>,
     #[pin]
     err_work: Opaque<bindings::work_struct>,
     #[pin]
@@ -196,6 +201,12 @@ impl RdmaCtrl {
 
     pub(crate) fn io_tag_set(&self) -> *mut bindings::blk_mq_tag_set {
         self.tag_set.get()
+    }
+
+    /// Runs `f` while the I/O tag set's hardware queues cannot change (see `configure_io`).
+    pub(crate) fn with_tag_sets_fixed<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _fixed = self.tag_set_change.lock();
+        f()
     }
 
     /// The tag set of queue `qid`'s requests.
@@ -436,6 +447,7 @@ impl RdmaCtrl {
                 admin_tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
                 // SAFETY: as above.
                 tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
+                tag_set_change <- kernel::new_mutex!(()),
                 // SAFETY: the glue initializes the work item in place.
                 err_work <- Opaque::ffi_init(|w| unsafe {
                     bindings::rsrdma_init_work(w, Some(error_recovery_work),
@@ -875,7 +887,10 @@ impl RdmaCtrl {
                     n.unfreeze();
                     return Err(ENODEV.into());
                 }
-                n.update_nr_hw_queues(n.queue_count() - 1);
+                {
+                    let _walks = self.tag_set_change.lock();
+                    n.update_nr_hw_queues(n.queue_count() - 1);
+                }
                 n.unfreeze();
             }
             // If the number of queues grew, start the new ones now.

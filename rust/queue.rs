@@ -656,9 +656,13 @@ impl Queue {
             return;
         };
         let n = if was & STARTED != 0 {
-            // SAFETY: STARTED is set only after the queue's tag set was allocated, and `stop`
-            // clears it under this lock, which the teardown calls before removing a tag set.
-            unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) }
+            // A reconnect may be changing the number of I/O queues meanwhile.
+            self.ctrl().with_tag_sets_fixed(|| {
+                // SAFETY: STARTED is set only after the queue's tag set was allocated, and
+                // `stop` clears it under this lock, which the teardown calls before removing
+                // a tag set; its tags are not reallocated during the walk.
+                unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) }
+            })
         } else {
             0
         };

@@ -129,6 +129,7 @@ pub(crate) struct Registry {
     ctrls: Mutex<KVec<CtrlRef>>,
     #[pin]
     ctrl_ops: Opaque<bindings::nvme_ctrl_ops>,
+    /// Devices registered and not being removed (see `park`). Taken inside `parked`.
     #[pin]
     watches: Mutex<KVec<(Device, Pin<KBox<EventWatch>>)>>,
     #[pin]
@@ -289,20 +290,40 @@ impl Registry {
 /// Keeps the CM id of a connection lost while its port is down: destroying it would send a
 /// DREQ through a port that cannot send (see `rdma::Device::port_active`). Its QP is already
 /// gone; the id is destroyed when the port comes back, its device goes, or the module unloads.
+///
+/// An id on a device that is being removed is destroyed instead: the device's removal waits
+/// for it, and releases the parked ids only once, from our client's `remove` (which runs
+/// before the RDMA CM's and first stops watching the device). The check and the push are
+/// under the parked lock, which that release takes after the watch is gone, so an id is
+/// either released there or never parked. This covers a controller still being created,
+/// which device removal does not reach through the controller list.
 pub(crate) fn park(id: CmId) {
     id.detach();
-    match registry() {
-        Some(reg) => {
-            dbg_event!(
-                Cm,
-                core::ptr::null(),
-                "port down: CM id parked, DREQ deferred"
-            );
-            // On allocation failure `push` drops the id: its DREQ goes out now.
-            let _ = reg.parked.lock().push(id, GFP_KERNEL);
-        }
-        None => drop(id),
+    let Some(reg) = registry() else {
+        drop(id);
+        return;
+    };
+    let mut parked = reg.parked.lock();
+    let watched = id
+        .device()
+        .is_some_and(|dev| reg.watches.lock().iter().any(|(d, _)| *d == dev));
+    if !watched {
+        drop(parked);
+        drop(id);
+        dbg_event!(
+            Cm,
+            core::ptr::null(),
+            "port down, device going: CM id destroyed, not parked"
+        );
+        return;
     }
+    dbg_event!(
+        Cm,
+        core::ptr::null(),
+        "port down: CM id parked, DREQ deferred"
+    );
+    // On allocation failure `push` drops the id: its DREQ goes out now.
+    let _ = parked.push(id, GFP_KERNEL);
 }
 
 /// Releases the parked CM ids whose port is up again.
@@ -447,6 +468,8 @@ unsafe extern "C" fn device_remove(
     };
     let mut users = 0;
     if let Some(reg) = registry() {
+        // The watch goes first: from here `park` destroys ids on the device instead of
+        // parking them, and the parked ones are released below.
         {
             let mut watches = reg.watches.lock();
             if let Some(i) = watches.iter().position(|(d, _)| *d == dev) {
