@@ -1067,6 +1067,11 @@ impl RdmaCtrl {
     /// in an attempt already running, has no attempt waiting, and a second set-up must not run
     /// beside it.
     pub(crate) fn kick_reconnect(&self) {
+        // In the policy too: a device removal that cancels the kicked work before it runs
+        // queues it again at the time the policy gives (see `device_removed`).
+        if let Some(r) = self.recovery.lock().current.as_mut() {
+            r.bring_forward(now_ms());
+        }
         let stopped = self.reconnect_gate.lock();
         // SAFETY: our initialized delayed work item and the core's workqueue.
         unsafe {

@@ -603,7 +603,7 @@ impl Queue {
         let _guard = self.stop_lock.lock();
         let was = self
             .flags
-            .fetch_and(!(LIVE | ESTABLISHED | STARTED), Ordering::AcqRel);
+            .fetch_and(!(LIVE | ESTABLISHED | STARTED), Ordering::SeqCst);
         if was & (LIVE | ESTABLISHED) != 0 {
             // SAFETY: allocated queues have a connection, which only `free` removes, and `free`
             // is not concurrent with `stop` (both run from the controller's work items, or
@@ -617,6 +617,8 @@ impl Queue {
                 conn.qp.drain();
                 // On a poll queue's CQ the drain polls beside blk-mq's pollers, one of which
                 // may still be handling completions it took before the drain's own ended.
+                // Polls started after ESTABLISHED was cleared above leave the CQ alone, so
+                // this waits only for those that began before (see `poll`).
                 self.wait_for_pollers();
             }
         }
@@ -759,7 +761,12 @@ impl Queue {
     /// Called from `blk_mq_ops::poll` of this queue's hardware context.
     pub(crate) unsafe fn poll(&self) -> i32 {
         self.pollers.fetch_add(1, Ordering::SeqCst);
-        let found = if self.flags.load(Ordering::SeqCst) & ALLOCATED != 0 {
+        // Sequentially consistent with `stop` and `free`, which clear the flags and then wait
+        // for the count: either this poll sees them cleared and leaves the CQ alone, or they
+        // wait for it. A stopped queue is not polled: its drain has taken what the CQ held.
+        let found = if self.flags.load(Ordering::SeqCst) & (ALLOCATED | ESTABLISHED)
+            == ALLOCATED | ESTABLISHED
+        {
             // SAFETY: `free` clears ALLOCATED before it releases the connection, then waits
             // for this poll to end (see there).
             match unsafe { self.conn.get() } {

@@ -164,6 +164,15 @@ impl Reconnect {
         }
     }
 
+    /// Brings the attempt decided last forward to `now_ms` (its port or a device came back),
+    /// if it was due later: an attempt decided again (see [`Reconnect::again`]) before it ran
+    /// is then still due now. Nothing changes once given up or before the first decision.
+    pub fn bring_forward(&mut self, now_ms: u64) {
+        if self.gave_up.is_none() {
+            self.started(now_ms);
+        }
+    }
+
     /// Records that the attempt decided last starts at `now_ms`. One brought forward (its
     /// port or a device came back) counts from its actual start, so the next one is not
     /// pushed later; one that starts late keeps its planned time, so delays do not add up.
@@ -342,6 +351,22 @@ mod tests {
         r.started(7_500);
         assert_eq!(r.next(7_600, failed()), Decision::GiveUp(LOSS));
         assert_eq!(r.attempts(), 3);
+    }
+
+    #[test]
+    fn an_attempt_brought_forward_stays_forward_when_decided_again() {
+        let mut r = Reconnect::start(policy(10, 60), 0);
+        assert_eq!(r.next(0, Outcome::First), Decision::AttemptNow);
+        assert_eq!(r.next(100, failed()), Decision::AttemptIn(9_900));
+        r.bring_forward(2_000);
+        assert_eq!(r.again(2_050), Decision::AttemptNow);
+        // A later kick does not push it back.
+        r.bring_forward(5_000);
+        assert_eq!(r.again(5_000), Decision::AttemptNow);
+        assert_eq!(r.attempts(), 2);
+        // Started late, it counts from the time it was brought forward to.
+        r.started(5_100);
+        assert_eq!(r.next(5_200, failed()), Decision::AttemptIn(6_800));
     }
 
     #[test]
