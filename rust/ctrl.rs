@@ -1067,8 +1067,9 @@ impl RdmaCtrl {
     /// in an attempt already running, has no attempt waiting, and a second set-up must not run
     /// beside it.
     pub(crate) fn kick_reconnect(&self) {
-        // In the policy too: a device removal that cancels the kicked work before it runs
-        // queues it again at the time the policy gives (see `device_removed`).
+        // In the policy too: the next attempt counts from this one, and a device removal
+        // that cancels the kicked work before it runs queues it again for now (see
+        // `device_removed`). An attempt already running was due before now: unchanged.
         if let Some(r) = self.recovery.lock().current.as_mut() {
             r.bring_forward(now_ms());
         }
@@ -1092,13 +1093,12 @@ impl RdmaCtrl {
         if n.state() != State::Connecting {
             return;
         }
-        let attempt = {
-            let mut rec = self.recovery.lock();
-            rec.current.as_mut().map_or(0, |r| {
-                r.started(now_ms());
-                r.attempts()
-            })
-        };
+        let attempt = self
+            .recovery
+            .lock()
+            .current
+            .as_ref()
+            .map_or(0, |r| r.attempts());
         n.set_nr_reconnects(attempt as i32);
         match self.setup(false) {
             Ok(()) => {

@@ -306,6 +306,13 @@ ktap_check "delete while reconnecting" test "$(ctrl_state "$ctrl")" = gone
 ip link set "$RXE_NETDEV" up
 wait_for 30 _rxe_active
 
+# rxe_readd: the RDMA device back after its removal, and the target port, whose listener
+# nvmet-rdma dropped with the device, enabled again.
+rxe_readd() {
+	rdma link add "$RXE_NAME" type rxe netdev "$RXE_NETDEV" && wait_for 30 _rxe_active &&
+		target_port_disable && target_port_enable
+}
+
 # --- another RDMA device removed while a reconnect waits ------------------------------------------
 # Device removal waits for any reconnect attempt that may be using the device; one that only
 # waits out its delay keeps its time. reconnect_delay=10 and ctrl_loss_tmo=10 allow one attempt
@@ -360,8 +367,7 @@ disconnect_during_device_removal() {
 		wait "$pid"
 		wait_for 30 in_state "$ctrl" gone || { echo "round $i: $ctrl $(ctrl_state "$ctrl")"; rc=1; }
 		echo "round $i: $(dmesg_after "$mark" | grep -oE 'RDMA device .* removed \([0-9]+ controllers released it\)|waiting for .*')"
-		rdma link add "$RXE_NAME" type rxe netdev "$RXE_NETDEV" && wait_for 30 _rxe_active &&
-			target_port_disable && target_port_enable || { rc=1; break; }
+		rxe_readd || { rc=1; break; }
 		((rc == 0)) || break
 	done
 	echo "left: $(rdma_counts | grep -vE ' 0$' | tr '\n' ' ')"
@@ -389,8 +395,7 @@ connect_during_device_removal() {
 		wait "$pid"
 		echo "round $i: removal took $((SECONDS - t)) s, connect: $(sed 's/^# connect .*: //' "$out" | tr '\n' ' ')"
 		ip link set "$RXE_NETDEV" up
-		rdma link add "$RXE_NAME" type rxe netdev "$RXE_NETDEV" && wait_for 30 _rxe_active &&
-			target_port_disable && target_port_enable || { rc=1; break; }
+		rxe_readd || { rc=1; break; }
 		ctrl=$(grep -o '^nvme[0-9]*$' "$out")
 		[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
 		if dmesg_after "$mark" | grep "parked CM id is still on a device being removed"; then

@@ -23,6 +23,8 @@
 //!
 //! Every [`Decision::AttemptNow`] or [`Decision::AttemptIn`] is taken as a
 //! commitment: the state records that an attempt starts at that time.
+//! [`Reconnect::bring_forward`] moves it earlier (a port or device came
+//! back), and [`Reconnect::again`] decides it again when it never ran.
 //! Once the state has given up, it keeps returning the same
 //! [`Decision::GiveUp`].
 
@@ -142,10 +144,7 @@ impl Reconnect {
         };
         self.last_attempt_ms = Some(at);
         self.attempts = self.attempts.saturating_add(1);
-        match at.saturating_sub(now_ms) {
-            0 => Decision::AttemptNow,
-            wait => Decision::AttemptIn(wait),
-        }
+        Self::due(at, now_ms)
     }
 
     /// Decides again the attempt decided last, which never ran: its work item was cancelled
@@ -157,28 +156,25 @@ impl Reconnect {
         }
         match self.last_attempt_ms {
             None => self.next(now_ms, Outcome::First),
-            Some(at) => match at.saturating_sub(now_ms) {
-                0 => Decision::AttemptNow,
-                wait => Decision::AttemptIn(wait),
-            },
+            Some(at) => Self::due(at, now_ms),
         }
     }
 
-    /// Brings the attempt decided last forward to `now_ms` (its port or a device came back),
-    /// if it was due later: an attempt decided again (see [`Reconnect::again`]) before it ran
-    /// is then still due now. Nothing changes once given up or before the first decision.
+    /// Brings the attempt decided last forward to `now_ms` if it was due later (its port or a
+    /// device came back). It then counts from there: the next one is due `reconnect_delay`
+    /// later, and deciding it again (see [`Reconnect::again`]) before it ran keeps it due now.
+    /// An attempt that starts late is not brought forward, so delays do not add up.
     pub fn bring_forward(&mut self, now_ms: u64) {
-        if self.gave_up.is_none() {
-            self.started(now_ms);
-        }
-    }
-
-    /// Records that the attempt decided last starts at `now_ms`. One brought forward (its
-    /// port or a device came back) counts from its actual start, so the next one is not
-    /// pushed later; one that starts late keeps its planned time, so delays do not add up.
-    pub fn started(&mut self, now_ms: u64) {
         if let Some(at) = self.last_attempt_ms.as_mut() {
             *at = (*at).min(now_ms);
+        }
+    }
+
+    /// The decision for an attempt due at `at_ms`.
+    fn due(at_ms: u64, now_ms: u64) -> Decision {
+        match at_ms.saturating_sub(now_ms) {
+            0 => Decision::AttemptNow,
+            wait => Decision::AttemptIn(wait),
         }
     }
 
@@ -342,13 +338,13 @@ mod tests {
     fn an_attempt_brought_forward_counts_from_its_start() {
         let mut r = Reconnect::start(policy(6, 10), 0);
         assert_eq!(r.next(0, Outcome::First), Decision::AttemptNow);
-        r.started(10);
+        r.bring_forward(10);
         assert_eq!(r.next(500, failed()), Decision::AttemptIn(5_500));
         // Brought forward to 1 s: the next one is due 6 s later, within the deadline.
-        r.started(1_000);
+        r.bring_forward(1_000);
         assert_eq!(r.next(1_200, failed()), Decision::AttemptIn(5_800));
-        // Started late: still counted from when it was due.
-        r.started(7_500);
+        // Late: still counted from when it was due.
+        r.bring_forward(7_500);
         assert_eq!(r.next(7_600, failed()), Decision::GiveUp(LOSS));
         assert_eq!(r.attempts(), 3);
     }
@@ -364,8 +360,8 @@ mod tests {
         r.bring_forward(5_000);
         assert_eq!(r.again(5_000), Decision::AttemptNow);
         assert_eq!(r.attempts(), 2);
-        // Started late, it counts from the time it was brought forward to.
-        r.started(5_100);
+        // Later still: it counts from the time it was brought forward to.
+        r.bring_forward(5_100);
         assert_eq!(r.next(5_200, failed()), Decision::AttemptIn(6_800));
     }
 
