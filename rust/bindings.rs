@@ -85,6 +85,8 @@ check_layout!(
     ib_wc,
     ib_cqe,
     ib_event,
+    irq_poll,
+    irq_work,
     rdma_cm_id,
     rdma_cm_event,
     rdma_conn_param,

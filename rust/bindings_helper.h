@@ -8,6 +8,7 @@
 #include <linux/blk-mq.h>
 #include <linux/dma-mapping.h>
 #include <linux/inet.h>
+#include <linux/irq_work.h>
 #include <linux/nvme.h>
 #include <linux/nvme-rdma.h>
 #include <linux/scatterlist.h>

@@ -9,6 +9,7 @@
 #include <linux/gfp.h>
 #include <linux/highmem.h>
 #include <linux/inet.h>
+#include <linux/irq_work.h>
 #include <linux/module.h>
 #include <linux/namei.h>
 #include <linux/netdevice.h>
@@ -292,6 +293,34 @@ struct ib_cq *rsrdma_alloc_cq(struct ib_device *dev, void *priv, int nr_cqe, int
 			      enum ib_poll_context poll_ctx)
 {
 	return ib_alloc_cq(dev, priv, nr_cqe, comp_vector, poll_ctx);
+}
+
+struct ib_cq *rsrdma_create_cq(struct ib_device *dev, ib_comp_handler handler, void *ctx,
+			       int nr_cqe, int comp_vector)
+{
+	struct ib_cq_init_attr attr = { .cqe = nr_cqe, .comp_vector = comp_vector };
+
+	return ib_create_cq(dev, handler, NULL, ctx, &attr);
+}
+
+void rsrdma_destroy_cq(struct ib_cq *cq)
+{
+	ib_destroy_cq(cq);
+}
+
+int rsrdma_arm_cq(struct ib_cq *cq)
+{
+	return ib_req_notify_cq(cq, IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS);
+}
+
+void rsrdma_init_irq_work(struct irq_work *work, void (*func)(struct irq_work *))
+{
+	init_irq_work(work, func);
+}
+
+bool rsrdma_in_interrupt(void)
+{
+	return in_interrupt();
 }
 
 int rsrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr)

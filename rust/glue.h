@@ -80,6 +80,14 @@ struct ib_pd *rsrdma_alloc_pd(struct ib_device *dev);
 void rsrdma_dealloc_pd(struct ib_pd *pd);
 struct ib_cq *rsrdma_alloc_cq(struct ib_device *dev, void *priv, int nr_cqe, int comp_vector,
 			      enum ib_poll_context poll_ctx);
+struct ib_cq *rsrdma_create_cq(struct ib_device *dev, ib_comp_handler handler, void *ctx,
+			       int nr_cqe, int comp_vector);
+void rsrdma_destroy_cq(struct ib_cq *cq);
+int rsrdma_arm_cq(struct ib_cq *cq);
+struct irq_work;
+void rsrdma_init_irq_work(struct irq_work *work, void (*func)(struct irq_work *));
+/* Whether a softirq raised now runs without waking ksoftirqd (interrupt or BH-off context). */
+bool rsrdma_in_interrupt(void);
 int rsrdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
 int rsrdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr);
 int rsrdma_dereg_mr(struct ib_mr *mr);

@@ -48,6 +48,8 @@ void rsrdma_layout(void)
 	LAYOUT(ib_wc);
 	LAYOUT(ib_cqe);
 	LAYOUT(ib_event);
+	LAYOUT(irq_poll);
+	LAYOUT(irq_work);
 	LAYOUT(rdma_cm_id);
 	LAYOUT(rdma_cm_event);
 	LAYOUT(rdma_conn_param);

@@ -371,7 +371,8 @@ impl Queue {
         let cq = if ctrl.is_poll_queue(self.qid) {
             Cq::direct(dev, cq_size, vector, self as *const Self as *mut c_void)?
         } else {
-            Cq::pooled(dev, cq_size, vector)?
+            // SAFETY: `outstanding` is a field of the queue, which outlives its connections.
+            unsafe { Cq::softirq(dev, cq_size, vector, &self.outstanding) }?
         };
         let mut attr = bindings::ib_qp_init_attr {
             event_handler: Some(qp_event),
