@@ -7,8 +7,8 @@
 # writes from 512 bytes to 4 MiB and mixed sizes, on both I/O queues and several queue depths,
 # with more large I/O in flight than the pool's large area holds; an ext4 file round trip through
 # the page cache; a file-backed namespace; write zeroes, discard, flush and a passthrough read;
-# namespaces added and removed while connected (asynchronous events); a disconnect with I/O in
-# flight.
+# namespaces added and removed while connected (asynchronous events); in-capsule writes; QD1
+# reads completed from a self-interrupt; a disconnect with I/O in flight.
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
@@ -43,7 +43,7 @@ queues_used() { # DEV
 }
 
 ktap_header
-ktap_plan 21
+ktap_plan 22
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -231,6 +231,21 @@ if ((after > before)) && cmp -s /tmp/rsrdma-4k /tmp/rsrdma-4k.back; then
 	ktap_ok "4 KiB write goes in the command capsule and reads back"
 else
 	ktap_fail "4 KiB write goes in the command capsule and reads back"
+fi
+
+# --- prompt completions -------------------------------------------------------------------------
+# Soft-RoCE signals completions from a kernel worker; with one command outstanding the queue's
+# poll starts from a self-interrupt (an IRQ work interrupt, "IWI" in /proc/interrupts) instead of
+# waking ksoftirqd (Documentation/design.rst, "The data path"). QD1 reads: about one each.
+iwi() { awk '$1 == "IWI:" { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n + 0 }' /proc/interrupts; }
+if [ -z "$(iwi)" ]; then
+	ktap_skip "QD1 reads complete from a self-interrupt" "no IWI line in /proc/interrupts"
+else
+	reads=400 iwi0=$(iwi)
+	dd if="$dev" of=/dev/null bs=4k count="$reads" iflag=direct 2>/dev/null
+	iwi1=$(iwi)
+	ktap_diag "$reads QD1 reads: $((iwi1 - iwi0)) IRQ work interrupts"
+	ktap_check "QD1 reads complete from a self-interrupt" test $((iwi1 - iwi0)) -ge $((reads / 2))
 fi
 host_disconnect_all
 
