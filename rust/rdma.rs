@@ -485,13 +485,11 @@ impl Cq {
         let cq = from_err_ptr(unsafe {
             bindings::rsrdma_create_cq(dev.as_ptr(), Some(cq_event), ctx, nr_cqe as i32, vector)
         })?;
+        poller.cq.store(cq, Ordering::Release);
         let cq = Self {
             cq: NonNull::new(cq).ok_or(ENOMEM)?,
             poller: Some(poller),
         };
-        if let Some(p) = &cq.poller {
-            p.cq.store(cq.as_ptr(), Ordering::Release);
-        }
         // SAFETY: the CQ is ours and alive. Armed while empty (no QP uses it yet): the first
         // completion raises an event.
         unsafe { bindings::rsrdma_arm_cq(cq.as_ptr()) };
