@@ -485,9 +485,10 @@ impl Cq {
         let cq = from_err_ptr(unsafe {
             bindings::rsrdma_create_cq(dev.as_ptr(), Some(cq_event), ctx, nr_cqe as i32, vector)
         })?;
-        poller.cq.store(cq, Ordering::Release);
+        let cq = NonNull::new(cq).ok_or(ENOMEM)?;
+        poller.cq.store(cq.as_ptr(), Ordering::Release);
         let cq = Self {
-            cq: NonNull::new(cq).ok_or(ENOMEM)?,
+            cq,
             poller: Some(poller),
         };
         // SAFETY: the CQ is ours and alive. Armed while empty (no QP uses it yet): the first
