@@ -315,32 +315,43 @@ rxe_readd() {
 
 # --- another RDMA device removed while a reconnect waits ------------------------------------------
 # Device removal waits for any reconnect attempt that may be using the device; one that only
-# waits out its delay keeps its time. reconnect_delay=10 and ctrl_loss_tmo=10 allow one attempt
-# after the first failed one, 10 s later (the core rounds ctrl_loss_tmo to whole delays, so 15
-# would allow two): an attempt the removal pushed back would fall past the deadline and the
-# controller would be deleted.
+# waits out its delay keeps its time. reconnect_delay=20 and ctrl_loss_tmo=20 allow one attempt
+# after the first failed one, 20 s after the loss (the core rounds ctrl_loss_tmo to whole delays,
+# so 30 would allow two): an attempt the removal pushed back would fall past the deadline and
+# the controller would be deleted. The first attempt races the target's listener going away
+# and has been seen to fail only 10 s after the loss; the delay leaves room for that.
 waiting_reconnect() { dmesg_after "$1" | grep -q "$2: Reconnecting in"; }
 other_device_removed_while_reconnecting() {
 	local ctrl mark t rc=0
 	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy && ip link set rsrdma_dm0 up &&
 		timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 || return 1
-	ctrl=$(fabrics_connect "$opts,reconnect_delay=10,ctrl_loss_tmo=10") &&
+	ctrl=$(fabrics_connect "$opts,reconnect_delay=20,ctrl_loss_tmo=20") &&
 		wait_for 30 in_state "$ctrl" live || rc=1
 	mark=$(kmsg_mark)
 	t=$SECONDS
 	if ((rc == 0)); then
 		target_port_disable
-		wait_for 10 waiting_reconnect "$mark" "$ctrl" || { echo "no reconnect scheduled"; rc=1; }
+		if wait_for 20 waiting_reconnect "$mark" "$ctrl"; then
+			echo "first attempt failed, next one waiting, $((SECONDS - t)) s after the loss"
+		else
+			echo "no reconnect scheduled $((SECONDS - t)) s after the loss"
+			rc=1
+		fi
 		timeout 60 rdma link delete rsrdma_x || rc=1
 		echo "rsrdma_x removed $((SECONDS - t)) s after the loss, $ctrl $(ctrl_state "$ctrl")"
 		target_port_enable
-		if wait_for 30 in_state "$ctrl" live; then
+		if wait_for 40 in_state "$ctrl" live; then
 			echo "$ctrl live again $((SECONDS - t)) s after the loss"
 		else
 			echo "$ctrl $(ctrl_state "$ctrl") $((SECONDS - t)) s after the loss"
 			rc=1
 		fi
-		dmesg_after "$mark" | grep -E "$ctrl: .*([Rr]econnect|giving up)"
+		# All of the controller's lines when it failed (why the first attempt took long).
+		if ((rc == 0)); then
+			dmesg_after "$mark" | grep -E "$ctrl: .*([Rr]econnect|giving up)"
+		else
+			dmesg_after "$mark" | grep -E "$ctrl: " | tail -n 40
+		fi
 	fi
 	target_port_enable
 	[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
