@@ -15,6 +15,12 @@ use kernel::prelude::*;
 use kernel::str::CStr;
 use kernel::types::Opaque;
 
+/// The object a C constructor returned: an error pointer becomes its error, and a null one
+/// (which the constructors used here do not return) `ENOMEM`.
+fn created<T>(ptr: *mut T) -> Result<NonNull<T>> {
+    NonNull::new(from_err_ptr(ptr)?).ok_or(ENOMEM)
+}
+
 /// Converts a negative errno from the RDMA core into an [`Error`].
 pub(crate) fn errno(ret: i32) -> Result {
     to_result(ret)
@@ -241,8 +247,9 @@ impl CmId {
     /// `context` must stay valid for `handler` until the `CmId` is dropped.
     pub(crate) unsafe fn new(handler: CmHandler, context: *mut c_void) -> Result<Self> {
         // SAFETY: the glue calls rdma_create_id for a kernel RC id in init_net.
-        let id = from_err_ptr(unsafe { bindings::rsrdma_create_id(Some(handler), context) })?;
-        Ok(Self(NonNull::new(id).ok_or(ENOMEM)?))
+        Ok(Self(created(unsafe {
+            bindings::rsrdma_create_id(Some(handler), context)
+        })?))
     }
 
     pub(crate) fn as_ptr(&self) -> *mut bindings::rdma_cm_id {
@@ -383,8 +390,9 @@ unsafe impl Sync for Pd {}
 impl Pd {
     pub(crate) fn new(dev: Device) -> Result<Self> {
         // SAFETY: `dev` is alive.
-        let pd = from_err_ptr(unsafe { bindings::rsrdma_alloc_pd(dev.as_ptr()) })?;
-        Ok(Self(NonNull::new(pd).ok_or(ENOMEM)?))
+        Ok(Self(created(unsafe {
+            bindings::rsrdma_alloc_pd(dev.as_ptr())
+        })?))
     }
 
     pub(crate) fn as_ptr(&self) -> *mut bindings::ib_pd {
@@ -482,10 +490,9 @@ impl Cq {
         let ctx = &*poller as *const Poller as *mut c_void;
         // SAFETY: `dev` is alive; `ctx` is the pinned poller, which outlives the CQ (see
         // `drop`), as the completion handler requires.
-        let cq = from_err_ptr(unsafe {
+        let cq = created(unsafe {
             bindings::rsrdma_create_cq(dev.as_ptr(), Some(cq_event), ctx, nr_cqe as i32, vector)
         })?;
-        let cq = NonNull::new(cq).ok_or(ENOMEM)?;
         poller.cq.store(cq.as_ptr(), Ordering::Release);
         let cq = Self {
             cq,
@@ -500,7 +507,7 @@ impl Cq {
     /// Allocates a CQ polled directly by the caller (blk-mq poll queues).
     pub(crate) fn direct(dev: Device, nr_cqe: u32, vector: i32, ctx: *mut c_void) -> Result<Self> {
         // SAFETY: `dev` is alive; `ctx` is stored, not dereferenced, by the core.
-        let cq = from_err_ptr(unsafe {
+        let cq = created(unsafe {
             bindings::rsrdma_alloc_cq(
                 dev.as_ptr(),
                 ctx,
@@ -509,10 +516,7 @@ impl Cq {
                 bindings::ib_poll_context_IB_POLL_DIRECT,
             )
         })?;
-        Ok(Self {
-            cq: NonNull::new(cq).ok_or(ENOMEM)?,
-            poller: None,
-        })
+        Ok(Self { cq, poller: None })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut bindings::ib_cq {
@@ -691,14 +695,13 @@ impl Mr {
     /// Allocates an MR able to map `max_pages` pages.
     pub(crate) fn new(pd: &Pd, max_pages: u32) -> Result<Self> {
         // SAFETY: owned PD.
-        let mr = from_err_ptr(unsafe {
+        Ok(Self(created(unsafe {
             bindings::ib_alloc_mr(
                 pd.as_ptr(),
                 bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
                 max_pages,
             )
-        })?;
-        Ok(Self(NonNull::new(mr).ok_or(ENOMEM)?))
+        })?))
     }
 
     pub(crate) fn as_ptr(&self) -> *mut bindings::ib_mr {
