@@ -76,8 +76,8 @@ pub(crate) struct RdmaCtrl {
     /// arms it again.
     #[pin]
     reconnect_gate: IrqLock<bool>,
-    /// Aborts the commands in flight on queues that failed while connecting (see
-    /// `Queue::failed_while_connecting`).
+    /// Aborts the commands in flight on queues whose connection ended or failed while
+    /// connecting (see `Queue::report_while_connecting`).
     #[pin]
     abort_work: Opaque<bindings::work_struct>,
     /// Queue 0 is the admin queue. Dropped before `conn` and `pool`.
@@ -970,7 +970,7 @@ impl RdmaCtrl {
         unsafe { bindings::rsrdma_queue_work(bindings::nvme_reset_wq, self.err_work.get()) };
     }
 
-    /// Queues the abort work (see `Queue::failed_while_connecting`); any context.
+    /// Queues the abort work (see `Queue::report_while_connecting`); any context.
     pub(crate) fn queue_abort(&self) {
         // SAFETY: our initialized work item and the core's workqueue.
         unsafe { bindings::rsrdma_queue_work(bindings::nvme_wq, self.abort_work.get()) };
@@ -1227,7 +1227,7 @@ unsafe extern "C" fn abort_work(work: *mut bindings::work_struct) {
             .sub(core::mem::offset_of!(RdmaCtrl, abort_work)) as *const RdmaCtrl)
     };
     for queue in ctrl.queues.iter() {
-        queue.abort_if_failed();
+        queue.abort_if_lost();
     }
 }
 

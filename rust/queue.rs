@@ -52,8 +52,11 @@ const STARTED: u32 = 1 << 3;
 /// `Queue::lost_while_connecting`).
 const LOST: u32 = 1 << 4;
 /// A work request failed, or the QP reported a fatal error, while the controller was connecting
-/// (see `Queue::failed_while_connecting`).
+/// (see `Queue::report_while_connecting`).
 const FAILED: u32 = 1 << 5;
+/// The CM reported the connection ended while the controller was connecting (see
+/// `Queue::report_while_connecting`).
+const ENDED: u32 = 1 << 6;
 
 /// A command and response ring buffer: zeroed memory, DMA-mapped per connection.
 struct RingBuf {
@@ -154,6 +157,8 @@ pub(crate) struct Queue {
     cm_done: Completion,
     cm_event: AtomicI32,
     cm_status: AtomicI32,
+    /// The CM event behind `ENDED`, for the abort work's log line.
+    ended_by: AtomicI32,
     /// Serializes stopping the queue (error recovery vs. timeout handler), as in C.
     #[pin]
     stop_lock: Mutex<()>,
@@ -215,6 +220,7 @@ impl Queue {
             cm_done <- Completion::new(),
             cm_event: AtomicI32::new(-1),
             cm_status: AtomicI32::new(0),
+            ended_by: AtomicI32::new(0),
             stop_lock <- kernel::new_mutex!(()),
             sqes,
             rsps,
@@ -288,9 +294,9 @@ impl Queue {
     }
 
     /// Whether the queue's connection can carry commands: established, not stopped, and not
-    /// reported lost or failed.
+    /// reported lost, ended or failed.
     pub(crate) fn connected(&self) -> bool {
-        self.flags.load(Ordering::Acquire) & (ESTABLISHED | LOST | FAILED) == ESTABLISHED
+        self.flags.load(Ordering::Acquire) & (ESTABLISHED | LOST | FAILED | ENDED) == ESTABLISHED
     }
 
     pub(crate) fn is_allocated(&self) -> bool {
@@ -537,10 +543,16 @@ impl Queue {
     /// recovery, or while connecting the abort of its commands in flight.
     fn cm_lost(&self, event: bindings::rdma_cm_event_type) {
         if self.is_established() {
-            let what = rdma::cm_event_msg(event);
-            self.ctrl()
-                .error_recovery(format_args!("queue {}: {}", self.qid, what));
-            self.lost_while_connecting(what, 0);
+            self.ctrl().error_recovery(format_args!(
+                "queue {}: {}",
+                self.qid,
+                rdma::cm_event_msg(event)
+            ));
+            // Events of one CM id come one at a time: only the first report's event is kept.
+            if self.flags.load(Ordering::Acquire) & ENDED == 0 {
+                self.ended_by.store(event as i32, Ordering::Relaxed);
+            }
+            self.report_while_connecting(ENDED);
         }
     }
 
@@ -641,15 +653,16 @@ impl Queue {
     /// timeout handler, run now for each command in flight (`blk_abort_request`), stops the
     /// queue and completes them.
     ///
-    /// `cause` is the flag that reported the loss, if any: the loss is handled only while it is
-    /// set, so a report about a connection that was replaced meanwhile is ignored.
+    /// Runs in the controller's abort work. `cause` is the flag that reported the loss: the loss
+    /// is handled only while it is set, so a report about a connection that was replaced
+    /// meanwhile is ignored.
     fn lost_while_connecting(&self, why: &CStr, cause: u32) {
         if self.ctrl().nvme().state() != State::Connecting {
             return;
         }
         let _guard = self.stop_lock.lock();
         let need = ESTABLISHED | cause;
-        // Not when stopped, nor twice per connection (DISCONNECTED, then TIMEWAIT_EXIT).
+        // Not when stopped, nor twice per connection (ended and failed).
         let Ok(was) = self
             .flags
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
@@ -678,20 +691,23 @@ impl Queue {
         );
     }
 
-    /// Reports a failed work request or a fatal QP event of this queue, from completion or event
-    /// context. While the controller is connecting, error recovery does not run and the
-    /// commands in flight would wait out their timeouts, as for a lost connection (see
-    /// [`Queue::lost_while_connecting`]); its stop lock cannot be taken here, so the
-    /// controller's abort work handles the queue. Only the first failure of an established
-    /// connection counts: the rest are its flushed work requests.
-    fn failed_while_connecting(&self) {
+    /// Reports the end of this queue's connection while the controller is connecting: `ENDED`
+    /// from the CM handler, `FAILED` for a failed work request or a fatal QP event (completion or
+    /// event context). Error recovery does not run in that state, and the commands in flight
+    /// would wait out their timeouts (see [`Queue::lost_while_connecting`]). The controller's
+    /// abort work handles the queue: completion and event handlers cannot take its stop lock,
+    /// and the CM handler must not wait for it (nor for a reconnect's change of hardware
+    /// queues): the CM delivers other connections' events from the same work queue, one at a
+    /// time. Each cause counts once per established connection: the other reports are its
+    /// flushed work requests or its later CM events.
+    fn report_while_connecting(&self, cause: u32) {
         if self.ctrl().nvme().state() != State::Connecting {
             return;
         }
         let first = self
             .flags
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |f| {
-                (f & (ESTABLISHED | FAILED) == ESTABLISHED).then_some(f | FAILED)
+                (f & (ESTABLISHED | cause) == ESTABLISHED).then_some(f | cause)
             })
             .is_ok();
         if first {
@@ -699,10 +715,14 @@ impl Queue {
         }
     }
 
-    /// The controller's abort work: handles a failure reported by
-    /// [`Queue::failed_while_connecting`].
-    pub(crate) fn abort_if_failed(&self) {
-        if self.flags.load(Ordering::Acquire) & FAILED != 0 {
+    /// The controller's abort work: handles a loss reported by
+    /// [`Queue::report_while_connecting`], named after the CM's event if there was one.
+    pub(crate) fn abort_if_lost(&self) {
+        let flags = self.flags.load(Ordering::Acquire);
+        if flags & ENDED != 0 {
+            let event = self.ended_by.load(Ordering::Relaxed);
+            self.lost_while_connecting(rdma::cm_event_msg(event as u32), ENDED);
+        } else if flags & FAILED != 0 {
             self.lost_while_connecting(c_str!("connection failed"), FAILED);
         }
     }
@@ -975,7 +995,7 @@ impl Queue {
             );
         }
         ctrl.error_recovery(format_args!("{} failed on queue {}", op, self.qid));
-        self.failed_while_connecting();
+        self.report_while_connecting(FAILED);
     }
 }
 
@@ -1132,7 +1152,7 @@ unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut c_vo
                 queue.qid,
                 rdma::event_msg(ev)
             ));
-            queue.failed_while_connecting();
+            queue.report_while_connecting(FAILED);
         }
         _ => {}
     }
