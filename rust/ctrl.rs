@@ -21,7 +21,7 @@ use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
 use crate::stats::{CtrlStats, DebugDir};
-use crate::sync::{Completion, ConnCell, IrqLock};
+use crate::sync::{Completion, ConnCell, IrqLock, RcuReadGuard};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use kernel::c_str;
@@ -68,6 +68,9 @@ pub(crate) struct RdmaCtrl {
     /// lost queue (`Queue::lost_while_connecting`), which may run during that change.
     #[pin]
     tag_set_change: Mutex<()>,
+    /// Set while the I/O tag set's hardware queues change: responses do not look up requests
+    /// in its tags meanwhile (see `update_hw_queues`).
+    tags_changing: AtomicBool,
     #[pin]
     err_work: Opaque<bindings::work_struct>,
     #[pin]
@@ -219,13 +222,36 @@ impl RdmaCtrl {
     }
 
     /// The blk-mq tags of queue `qid`, if its tag set has that hardware queue (it may have
-    /// fewer than the queues connected while a reconnect changes their number).
-    pub(crate) fn tags(&self, qid: u16) -> Option<*mut bindings::blk_mq_tags> {
+    /// fewer than the queues connected while a reconnect changes their number) and is not
+    /// changing them. Valid, and so are the requests in them, until `_rcu` is dropped (see
+    /// `update_hw_queues`).
+    pub(crate) fn tags(&self, qid: u16, _rcu: &RcuReadGuard) -> Option<*mut bindings::blk_mq_tags> {
+        if qid != 0 && self.tags_changing.load(Ordering::Acquire) {
+            return None;
+        }
         let set = self.tag_set_of(qid);
         let hctx = u32::from(qid.saturating_sub(1));
-        // SAFETY: the tag sets are allocated before any queue carries commands and freed after
-        // the last one stopped; `tags` has one entry per hardware queue.
+        // The tag sets are allocated before any queue carries commands and freed after the last
+        // one stopped. The admin tag set's hardware queues never change.
+        // SAFETY: as above; `tags` has one entry per hardware queue; only `update_hw_queues`
+        // changes them, and it waits for `_rcu` if this saw `tags_changing` clear.
         unsafe { (hctx < (*set).nr_hw_queues).then(|| *(*set).tags.add(hctx as usize)) }
+    }
+
+    /// Sets the number of the I/O tag set's hardware queues (frozen by the caller).
+    ///
+    /// `blk_mq_update_nr_hw_queues` reallocates the array of tags and frees the tags and
+    /// requests of the hardware queues it drops. A response received meanwhile, in completion
+    /// context, cannot take `tag_set_change`: it finds `tags_changing` set and does not look,
+    /// and a lookup that began before is waited for. With every I/O request frozen, any such
+    /// response is a stray one. The walk that aborts a lost queue's commands holds
+    /// `tag_set_change` instead.
+    fn update_hw_queues(&self, count: u32) {
+        let _walks = self.tag_set_change.lock();
+        self.tags_changing.store(true, Ordering::Relaxed);
+        crate::sync::synchronize_rcu();
+        self.nvme().update_nr_hw_queues(count);
+        self.tags_changing.store(false, Ordering::Release);
     }
 
     pub(crate) fn io_queues(&self) -> [u32; HCTX_MAX_TYPES] {
@@ -448,6 +474,7 @@ impl RdmaCtrl {
                 // SAFETY: as above.
                 tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
                 tag_set_change <- kernel::new_mutex!(()),
+                tags_changing: AtomicBool::new(false),
                 // SAFETY: the glue initializes the work item in place.
                 err_work <- Opaque::ffi_init(|w| unsafe {
                     bindings::rsrdma_init_work(w, Some(error_recovery_work),
@@ -887,10 +914,7 @@ impl RdmaCtrl {
                     n.unfreeze();
                     return Err(ENODEV.into());
                 }
-                {
-                    let _walks = self.tag_set_change.lock();
-                    n.update_nr_hw_queues(n.queue_count() - 1);
-                }
+                self.update_hw_queues(n.queue_count() - 1);
                 n.unfreeze();
             }
             // If the number of queues grew, start the new ones now.

@@ -475,6 +475,18 @@ void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
 	spin_unlock_irqrestore(lock, flags);
 }
 
+/* RCU ------------------------------------------------------------------------------------ */
+
+void rsrdma_rcu_read_lock(void)
+{
+	rcu_read_lock();
+}
+
+void rsrdma_rcu_read_unlock(void)
+{
+	rcu_read_unlock();
+}
+
 /* debugfs -------------------------------------------------------------------------------- */
 
 struct dentry *rsrdma_debugfs_dir(const char *name, struct dentry *parent)

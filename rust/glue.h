@@ -123,6 +123,10 @@ void rsrdma_spin_lock_init(spinlock_t *lock);
 unsigned long rsrdma_spin_lock_irqsave(spinlock_t *lock);
 void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 
+/* RCU read-side critical sections: 6.12's kernel crate has no RCU. */
+void rsrdma_rcu_read_lock(void);
+void rsrdma_rcu_read_unlock(void);
+
 /*
  * debugfs: a directory per controller under /sys/kernel/debug/nvme_rsrdma/ with a "stats"
  * file whose content rsrdma_ctrl_show() (Rust) writes through rsrdma_seq_puts().

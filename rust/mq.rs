@@ -23,6 +23,7 @@ use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl};
 use crate::proto::spread::Owner;
 use crate::queue::{Conn, Queue};
+use crate::sync::RcuReadGuard;
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use kernel::ffi::c_void;
@@ -150,15 +151,18 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
         Some(sp) if queue.qid() != 0 => sp.decode(queue.qid(), cqe.command_id),
         _ => Some(Owner::Own(cqe.command_id)),
     };
+    // The tags, and the request found in them, stay valid while this is held.
+    let rcu = RcuReadGuard::new();
     let found = match owner {
-        Some(Owner::Own(cid)) => ctrl.tags(queue.qid()).map(|t| (t, cid)),
+        Some(Owner::Own(cid)) => ctrl.tags(queue.qid(), &rcu).map(|t| (t, cid)),
         // The queue named by the command identifier may not have its tags (yet).
-        Some(Owner::Other { qid, command_id }) => ctrl.tags(qid).map(|t| (t, command_id)),
+        Some(Owner::Other { qid, command_id }) => ctrl.tags(qid, &rcu).map(|t| (t, command_id)),
         None => None,
     };
     let rq = match found {
-        // SAFETY: the tags of a live tag set of this controller; the core validates the
-        // command id (tag in range and generation) and returns null otherwise.
+        // SAFETY: the tags of a live tag set of this controller, valid while `rcu` is held;
+        // the core validates the command id (tag in range and generation) and returns null
+        // otherwise.
         Some((tags, cid)) => unsafe { bindings::rsrdma_nvme_find_rq(tags, cid) },
         None => core::ptr::null_mut(),
     };

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Synchronization pieces 6.12's kernel crate lacks: an interrupt-safe spinlock, a cell for
-//! the resources of the current connection, and a completion with a timed wait.
+//! the resources of the current connection, a completion with a timed wait, and RCU read-side
+//! critical sections.
 
 use crate::bindings;
 use core::cell::UnsafeCell;
@@ -158,4 +159,34 @@ impl Completion {
         // SAFETY: initialized in `new`; sleeping is allowed in the callers (work items).
         unsafe { bindings::rsrdma_wait_for_completion_ms(self.inner.get(), timeout_ms) > 0 }
     }
+}
+
+/// An RCU read-side critical section, ended when the guard is dropped. It must end on the CPU
+/// (task) that began it, so the guard is neither `Send` nor `Sync`; nothing in it may sleep.
+pub(crate) struct RcuReadGuard {
+    _not_send: core::marker::PhantomData<*mut ()>,
+}
+
+impl RcuReadGuard {
+    pub(crate) fn new() -> Self {
+        // SAFETY: no precondition; the section is ended by `drop`.
+        unsafe { bindings::rsrdma_rcu_read_lock() };
+        Self {
+            _not_send: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for RcuReadGuard {
+    fn drop(&mut self) {
+        // SAFETY: begun in `new`, by this task (the guard cannot move to another).
+        unsafe { bindings::rsrdma_rcu_read_unlock() };
+    }
+}
+
+/// Waits until every RCU read-side critical section begun before the call has ended; sections
+/// begun later see what the caller stored before it. Sleeps.
+pub(crate) fn synchronize_rcu() {
+    // SAFETY: no precondition beyond process context, which sleeping callers are in.
+    unsafe { bindings::synchronize_rcu() };
 }
