@@ -4,8 +4,9 @@
 # rsrdma-timeout: 1800
 #
 # Link loss with I/O running and verified throughout: netdev flaps, RDMA device removal and
-# re-add, target port removal and re-add, an nvmet-rdma reload; every old RKEY must be gone
-# after each recovery, and no I/O may fail or read back wrong. Then the timeouts: link down
+# re-add, target port removal and re-add, an nvmet-rdma reload (every old RKEY must be gone
+# after each recovery), the target changing its number of queues (the host's hardware queues
+# shrink and grow); no I/O may fail or read back wrong. Then the timeouts: link down
 # longer than fast_io_fail_tmo (I/O fails fast, then resumes), and longer than ctrl_loss_tmo
 # (the controller is deleted, nothing hangs); and reset and delete while reconnecting.
 #
@@ -95,7 +96,7 @@ cycle() {
 }
 
 ktap_header
-ktap_plan 20
+ktap_plan 22
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -192,6 +193,47 @@ else
 	ktap_fail "nvme reset with I/O running"
 fi
 fio_stop && ktap_ok "reset: fio verify saw no error" || ktap_fail "reset: fio verify saw no error"
+
+# --- the target changes its number of queues -------------------------------------------------------
+# nvmet drops a subsystem's controllers when its qid_max changes. The host reconnects with the
+# I/O queues the target grants now, one and then as many as before: the block layer's hardware
+# queues shrink and grow again (update_nr_hw_queues) under the running I/O, and nothing is lost.
+hw_queues() { ls -d "/sys/block/$(path_dev "/sys/class/nvme/$1")/mq/"* 2>/dev/null | wc -l; }
+created() { dmesg_after "$1" | grep -q "$ctrl: creating $2 I/O queues"; }
+
+# requeue MAX COUNT: qid_max to MAX; the controller must come back with COUNT I/O queues and
+# COUNT hardware queues. Prints what it saw.
+requeue() {
+	local mark t ms n
+	mark=$(kmsg_mark) t=$(now)
+	_w "$1" "$qid_max" || return 1
+	wait_for 60 created "$mark" "$2" || { echo "no 'creating $2 I/O queues'"; return 1; }
+	ms=$(recovered "$ctrl" "$t") || { echo "not back with $2 I/O queues"; return 1; }
+	n=$(hw_queues "$ctrl")
+	echo "qid_max $1: $2 I/O queues, $n hardware queues, I/O back after $ms ms"
+	((n == $2))
+}
+
+qid_max=$NVMET_CFS/subsystems/$NQN_NULL/attr_qid_max
+qmax=$(cat "$qid_max") n0=$(hw_queues "$ctrl")
+fio_start "$dev" --size=16m
+ok=0 out=
+if ((n0 > 1)) && out=$(requeue 1 1); then
+	ktap_diag "$out"
+	out=$(requeue "$qmax" "$n0") && ok=1
+fi
+ktap_diag "$out"
+if ((ok)); then
+	ktap_ok "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
+else
+	ktap_diag "hardware queues before: $n0"
+	dmesg_since_mark | grep -E "$ctrl: " | tail -n 20 | ktap_diag
+	ktap_fail "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
+	# Writing qid_max drops the controllers again: only when it was left changed.
+	[ "$(cat "$qid_max")" = "$qmax" ] || _w "$qmax" "$qid_max"
+fi
+fio_stop && ktap_ok "queue count changes: fio verify saw no error" ||
+	ktap_fail "queue count changes: fio verify saw no error"
 
 # --- resets while another RDMA device comes and goes --------------------------------------------
 # A device added or a port coming up brings forward a reconnect attempt that waits out its
