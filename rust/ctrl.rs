@@ -68,9 +68,10 @@ pub(crate) struct RdmaCtrl {
     /// lost queue (`Queue::lost_while_connecting`), which may run during that change.
     #[pin]
     tag_set_change: Mutex<()>,
-    /// Set while the I/O tag set's hardware queues change: responses do not look up requests
-    /// in its tags meanwhile (see `update_hw_queues`).
-    tags_changing: AtomicBool,
+    /// Whether responses may look up requests in the tags of the admin (0) and the I/O (1)
+    /// tag set: from its allocation to its removal, except while the hardware queues change
+    /// (see `tags`). Queues receive from the moment they are connected, before that.
+    tags_ready: [AtomicBool; 2],
     #[pin]
     err_work: Opaque<bindings::work_struct>,
     #[pin]
@@ -221,20 +222,24 @@ impl RdmaCtrl {
         }
     }
 
-    /// The blk-mq tags of queue `qid`, if its tag set has that hardware queue (it may have
-    /// fewer than the queues connected while a reconnect changes their number) and is not
-    /// changing them. Valid, and so are the requests in them, until `_rcu` is dropped (see
-    /// `update_hw_queues`).
+    /// Whether queue `qid`'s tags may be looked up (see `tags_ready`).
+    fn tags_ready(&self, qid: u16) -> &AtomicBool {
+        &self.tags_ready[usize::from(qid != 0)]
+    }
+
+    /// The blk-mq tags of queue `qid`, if its tag set is allocated and not changing, and has
+    /// that hardware queue (it may have fewer than the queues connected while a reconnect
+    /// changes their number). Valid, and so are the requests in them, until `_rcu` is dropped
+    /// (see `update_hw_queues`).
     pub(crate) fn tags(&self, qid: u16, _rcu: &RcuReadGuard) -> Option<*mut bindings::blk_mq_tags> {
-        if qid != 0 && self.tags_changing.load(Ordering::Acquire) {
+        if !self.tags_ready(qid).load(Ordering::Acquire) {
             return None;
         }
         let set = self.tag_set_of(qid);
         let hctx = u32::from(qid.saturating_sub(1));
-        // The tag sets are allocated before any queue carries commands and freed after the last
-        // one stopped. The admin tag set's hardware queues never change.
-        // SAFETY: as above; `tags` has one entry per hardware queue; only `update_hw_queues`
-        // changes them, and it waits for `_rcu` if this saw `tags_changing` clear.
+        // Ready once allocated (Release, seen above); removed only after every queue of the set
+        // was drained; `update_hw_queues` clears it and waits for `_rcu` before a change.
+        // SAFETY: as above; `tags` has one entry per hardware queue.
         unsafe { (hctx < (*set).nr_hw_queues).then(|| *(*set).tags.add(hctx as usize)) }
     }
 
@@ -242,16 +247,29 @@ impl RdmaCtrl {
     ///
     /// `blk_mq_update_nr_hw_queues` reallocates the array of tags and frees the tags and
     /// requests of the hardware queues it drops. A response received meanwhile, in completion
-    /// context, cannot take `tag_set_change`: it finds `tags_changing` set and does not look,
+    /// context, cannot take `tag_set_change`: it finds the tags not ready and does not look,
     /// and a lookup that began before is waited for. With every I/O request frozen, any such
     /// response is a stray one. The walk that aborts a lost queue's commands holds
     /// `tag_set_change` instead.
     fn update_hw_queues(&self, count: u32) {
         let _walks = self.tag_set_change.lock();
-        self.tags_changing.store(true, Ordering::Relaxed);
+        let ready = self.tags_ready(1);
+        ready.store(false, Ordering::Relaxed);
         crate::sync::synchronize_rcu();
         self.nvme().update_nr_hw_queues(count);
-        self.tags_changing.store(false, Ordering::Release);
+        ready.store(true, Ordering::Release);
+    }
+
+    /// Removes the admin or the I/O tag set. Their queues were drained: no response is being
+    /// handled, and none will look the tags up.
+    fn remove_tag_set(&self, io: bool) {
+        self.tags_ready(u16::from(io))
+            .store(false, Ordering::Relaxed);
+        if io {
+            self.nvme().remove_io_tag_set();
+        } else {
+            self.nvme().remove_admin_tag_set();
+        }
     }
 
     pub(crate) fn io_queues(&self) -> [u32; HCTX_MAX_TYPES] {
@@ -474,7 +492,7 @@ impl RdmaCtrl {
                 // SAFETY: as above.
                 tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
                 tag_set_change <- kernel::new_mutex!(()),
-                tags_changing: AtomicBool::new(false),
+                tags_ready: [AtomicBool::new(false), AtomicBool::new(false)],
                 // SAFETY: the glue initializes the work item in place.
                 err_work <- Opaque::ffi_init(|w| unsafe {
                     bindings::rsrdma_init_work(w, Some(error_recovery_work),
@@ -694,6 +712,7 @@ impl RdmaCtrl {
                         REQUEST_SIZE,
                     )
                 })?;
+                self.tags_ready(0).store(true, Ordering::Release);
             }
             Ok(())
         })();
@@ -729,7 +748,7 @@ impl RdmaCtrl {
         })();
         if let Err(e) = res {
             if new {
-                n.remove_admin_tag_set();
+                self.remove_tag_set(false);
             }
             admin.free(false);
             self.release_conn();
@@ -897,6 +916,7 @@ impl RdmaCtrl {
                 self.free_io_queues();
                 return Err(e);
             }
+            self.tags_ready(1).store(true, Ordering::Release);
         }
 
         // Start only the queues the tag set has hardware queues for: on reconnect their
@@ -928,7 +948,7 @@ impl RdmaCtrl {
             self.stop_io_queues();
             n.cancel_tagset();
             if new {
-                n.remove_io_tag_set();
+                self.remove_tag_set(true);
             }
             self.free_io_queues();
             return Err(e);
@@ -944,7 +964,7 @@ impl RdmaCtrl {
         n.cancel_admin_tagset();
         if remove {
             n.unquiesce_admin();
-            n.remove_admin_tag_set();
+            self.remove_tag_set(false);
         }
         // The async event request uses the admin queue.
         // SAFETY: the core's work item of our controller.
@@ -964,7 +984,7 @@ impl RdmaCtrl {
         n.cancel_tagset();
         if remove {
             n.unquiesce_io();
-            n.remove_io_tag_set();
+            self.remove_tag_set(true);
         }
         self.free_io_queues();
     }
@@ -1357,8 +1377,8 @@ unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     // Waits for readers of the stats file.
     drop(ctrl.debugfs.lock().take());
     ctrl.shutdown(true);
-    // Here rather than in `stop_ctrl`: only once every QP is drained can no completion queue
-    // the abort work again.
+    // Here rather than in `stop_ctrl`: only once every queue was stopped and freed can no
+    // completion or CM event queue the abort work again (they need an established connection).
     // SAFETY: our initialized work item.
     unsafe { bindings::cancel_work_sync(ctrl.abort_work.get()) };
 }

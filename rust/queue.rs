@@ -657,7 +657,11 @@ impl Queue {
     /// is handled only while it is set, so a report about a connection that was replaced
     /// meanwhile is ignored.
     fn lost_while_connecting(&self, why: &CStr, cause: u32) {
-        if self.ctrl().nvme().state() != State::Connecting {
+        // Reported while connecting; a deletion begun since then waits for the set-up too.
+        if !matches!(
+            self.ctrl().nvme().state(),
+            State::Connecting | State::Deleting | State::DeletingNoIo
+        ) {
             return;
         }
         let _guard = self.stop_lock.lock();

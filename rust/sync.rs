@@ -184,8 +184,8 @@ impl Drop for RcuReadGuard {
     }
 }
 
-/// Waits until every RCU read-side critical section begun before the call has ended; sections
-/// begun later see what the caller stored before it. Sleeps.
+/// Waits for RCU readers: every read-side critical section either ends before this returns or
+/// sees every store the caller made before the call. Sleeps.
 pub(crate) fn synchronize_rcu() {
     // SAFETY: no precondition beyond process context, which sleeping callers are in.
     unsafe { bindings::synchronize_rcu() };
