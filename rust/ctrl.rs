@@ -222,9 +222,9 @@ impl RdmaCtrl {
         }
     }
 
-    /// Whether queue `qid`'s tags may be looked up (see `tags_ready`).
-    fn tags_ready(&self, qid: u16) -> &AtomicBool {
-        &self.tags_ready[usize::from(qid != 0)]
+    /// Whether the I/O (else the admin) tag set's tags may be looked up (see `tags_ready`).
+    fn tags_ready(&self, io: bool) -> &AtomicBool {
+        &self.tags_ready[usize::from(io)]
     }
 
     /// The blk-mq tags of queue `qid`, if its tag set is allocated and not changing, and has
@@ -232,7 +232,7 @@ impl RdmaCtrl {
     /// changes their number). Valid, and so are the requests in them, until `_rcu` is dropped
     /// (see `update_hw_queues`).
     pub(crate) fn tags(&self, qid: u16, _rcu: &RcuReadGuard) -> Option<*mut bindings::blk_mq_tags> {
-        if !self.tags_ready(qid).load(Ordering::Acquire) {
+        if !self.tags_ready(qid != 0).load(Ordering::Acquire) {
             return None;
         }
         let set = self.tag_set_of(qid);
@@ -253,7 +253,7 @@ impl RdmaCtrl {
     /// `tag_set_change` instead.
     fn update_hw_queues(&self, count: u32) {
         let _walks = self.tag_set_change.lock();
-        let ready = self.tags_ready(1);
+        let ready = self.tags_ready(true);
         ready.store(false, Ordering::Relaxed);
         crate::sync::synchronize_rcu();
         self.nvme().update_nr_hw_queues(count);
@@ -263,8 +263,7 @@ impl RdmaCtrl {
     /// Removes the admin or the I/O tag set. Their queues were drained: no response is being
     /// handled, and none will look the tags up.
     fn remove_tag_set(&self, io: bool) {
-        self.tags_ready(u16::from(io))
-            .store(false, Ordering::Relaxed);
+        self.tags_ready(io).store(false, Ordering::Relaxed);
         if io {
             self.nvme().remove_io_tag_set();
         } else {
@@ -712,7 +711,7 @@ impl RdmaCtrl {
                         REQUEST_SIZE,
                     )
                 })?;
-                self.tags_ready(0).store(true, Ordering::Release);
+                self.tags_ready(false).store(true, Ordering::Release);
             }
             Ok(())
         })();
@@ -916,7 +915,7 @@ impl RdmaCtrl {
                 self.free_io_queues();
                 return Err(e);
             }
-            self.tags_ready(1).store(true, Ordering::Release);
+            self.tags_ready(true).store(true, Ordering::Release);
         }
 
         // Start only the queues the tag set has hardware queues for: on reconnect their

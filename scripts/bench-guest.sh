@@ -277,7 +277,7 @@ for backing in $BACKINGS; do
 		fi
 		max_kb=$(cat "/sys/block/${devs[$t]##*/}/queue/max_sectors_kb")
 		# The hardware queues of the controller's path device (the multipath head has none).
-		nq=$(ls -d "/sys/block/$(path_dev "$(ctrl_for "$nqn")")/mq/"* | wc -l)
+		nq=$(hw_queues "$(ctrl_for "$nqn")")
 		note "$backing: $t on ${devs[$t]} ($max_kb KiB max I/O, $nq I/O queues)"
 		printf '{"max_io": {"backing": "%s", "transport": "%s", "kib": %d, "io_queues": %d}}\n' \
 			"$backing" "$t" "$max_kb" "$nq" >>"$OUTF"

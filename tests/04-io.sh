@@ -80,7 +80,7 @@ ktap_check "fio verify 1 MiB, QD32, 2 jobs (pool large area exhausted)" fio_veri
 counts=$(queues_used "$dev")
 ktap_diag "commands per queue: $(tr '\n' ' ' <<<"$counts")"
 io_queues=$(grep -c '^qid=[1-9]' <<<"$counts")
-nr_io=$(ls -d "$ctrl/$pdev"/mq/* 2>/dev/null | wc -l)
+nr_io=$(hw_queues "$ctrl")
 ktap_diag "$io_queues of $nr_io I/O queues used"
 ktap_check "I/O went through every I/O queue" test "$io_queues" -ge 2 -a "$io_queues" = "$nr_io"
 

@@ -198,7 +198,6 @@ fio_stop && ktap_ok "reset: fio verify saw no error" || ktap_fail "reset: fio ve
 # nvmet drops a subsystem's controllers when its qid_max changes. The host reconnects with the
 # I/O queues the target grants now, one and then as many as before: the block layer's hardware
 # queues shrink and grow again (update_nr_hw_queues) under the running I/O, and nothing is lost.
-hw_queues() { ls -d "/sys/block/$(path_dev "/sys/class/nvme/$1")/mq/"* 2>/dev/null | wc -l; }
 created() { dmesg_after "$1" | grep -q "$ctrl: creating $2 I/O queues"; }
 
 # requeue MAX COUNT: qid_max to MAX; the controller must come back with COUNT I/O queues and
@@ -209,13 +208,13 @@ requeue() {
 	_w "$1" "$qid_max" || return 1
 	wait_for 60 created "$mark" "$2" || { echo "no 'creating $2 I/O queues'"; return 1; }
 	ms=$(recovered "$ctrl" "$t") || { echo "not back with $2 I/O queues"; return 1; }
-	n=$(hw_queues "$ctrl")
+	n=$(hw_queues "/sys/class/nvme/$ctrl")
 	echo "qid_max $1: $2 I/O queues, $n hardware queues, I/O back after $ms ms"
 	((n == $2))
 }
 
 qid_max=$NVMET_CFS/subsystems/$NQN_NULL/attr_qid_max
-qmax=$(cat "$qid_max") n0=$(hw_queues "$ctrl")
+qmax=$(cat "$qid_max") n0=$(hw_queues "/sys/class/nvme/$ctrl")
 fio_start "$dev" --size=16m
 ok=0 out=
 if ((n0 > 1)) && out=$(requeue 1 1); then

@@ -462,6 +462,10 @@ path_dev() {
 	return 1
 }
 
+# hw_queues CTRL: the number of blk-mq hardware queues of the path device of controller CTRL (a
+# sysfs path: /sys/class/nvme/nvmeN).
+hw_queues() { ls -d "$1/$(path_dev "$1")/mq/"* 2>/dev/null | wc -l; }
+
 # nvme_dev_for_nqn NQN: print /dev/nvmeXnY, the block device of the first namespace of the
 # subsystem NQN as seen through a connected controller (the multipath head node when native
 # multipath is on, else the controller's own namespace node). 1 if there is none yet.
