@@ -63,14 +63,10 @@ pub(crate) struct RdmaCtrl {
     admin_tag_set: Opaque<bindings::blk_mq_tag_set>,
     #[pin]
     tag_set: Opaque<bindings::blk_mq_tag_set>,
-    /// Held while the I/O tag set's hardware queues change (`update_nr_hw_queues`
-    /// reallocates and frees its tags) and while a walk of its tags aborts the commands of a
-    /// lost queue (`Queue::lost_while_connecting`), which may run during that change.
-    #[pin]
-    tag_set_change: Mutex<()>,
-    /// Whether responses may look up requests in the tags of the admin (0) and the I/O (1)
-    /// tag set: from its allocation to its removal, except while the hardware queues change
-    /// (see `tags`). Queues receive from the moment they are connected, before that.
+    /// Whether the tags of the admin (0) and the I/O (1) tag set may be read, by a response
+    /// looking up its request or by the walk that aborts a lost queue's commands: from the
+    /// set's allocation to its removal, except while the hardware queues change (see
+    /// `ready_tag_set`). Queues receive from the moment they are connected, before that.
     tags_ready: [AtomicBool; 2],
     #[pin]
     err_work: Opaque<bindings::work_struct>,
@@ -207,12 +203,6 @@ impl RdmaCtrl {
         self.tag_set.get()
     }
 
-    /// Runs `f` while the I/O tag set's hardware queues cannot change (see `configure_io`).
-    pub(crate) fn with_tag_sets_fixed<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _fixed = self.tag_set_change.lock();
-        f()
-    }
-
     /// The tag set of queue `qid`'s requests.
     pub(crate) fn tag_set_of(&self, qid: u16) -> *mut bindings::blk_mq_tag_set {
         if qid == 0 {
@@ -227,18 +217,26 @@ impl RdmaCtrl {
         &self.tags_ready[usize::from(io)]
     }
 
-    /// The blk-mq tags of queue `qid`, if its tag set is allocated and not changing, and has
+    /// The tag set of queue `qid`, if it is allocated and its hardware queues are not
+    /// changing. Its tags, and the requests in them, stay valid until `_rcu` is dropped (see
+    /// `update_hw_queues`).
+    pub(crate) fn ready_tag_set(
+        &self,
+        qid: u16,
+        _rcu: &RcuReadGuard,
+    ) -> Option<*mut bindings::blk_mq_tag_set> {
+        let ready = self.tags_ready(qid != 0).load(Ordering::Acquire);
+        ready.then(|| self.tag_set_of(qid))
+    }
+
+    /// The blk-mq tags of queue `qid`, if its tag set is ready (see `ready_tag_set`) and has
     /// that hardware queue (it may have fewer than the queues connected while a reconnect
-    /// changes their number). Valid, and so are the requests in them, until `_rcu` is dropped
-    /// (see `update_hw_queues`).
-    pub(crate) fn tags(&self, qid: u16, _rcu: &RcuReadGuard) -> Option<*mut bindings::blk_mq_tags> {
-        if !self.tags_ready(qid != 0).load(Ordering::Acquire) {
-            return None;
-        }
-        let set = self.tag_set_of(qid);
+    /// changes their number). Valid, and so are the requests in them, until `rcu` is dropped.
+    pub(crate) fn tags(&self, qid: u16, rcu: &RcuReadGuard) -> Option<*mut bindings::blk_mq_tags> {
+        let set = self.ready_tag_set(qid, rcu)?;
         let hctx = u32::from(qid.saturating_sub(1));
         // Ready once allocated (Release, seen above); removed only after every queue of the set
-        // was drained; `update_hw_queues` clears it and waits for `_rcu` before a change.
+        // was drained; `update_hw_queues` clears it and waits for `rcu` before a change.
         // SAFETY: as above; `tags` has one entry per hardware queue.
         unsafe { (hctx < (*set).nr_hw_queues).then(|| *(*set).tags.add(hctx as usize)) }
     }
@@ -246,13 +244,13 @@ impl RdmaCtrl {
     /// Sets the number of the I/O tag set's hardware queues (frozen by the caller).
     ///
     /// `blk_mq_update_nr_hw_queues` reallocates the array of tags and frees the tags and
-    /// requests of the hardware queues it drops. A response received meanwhile, in completion
-    /// context, cannot take `tag_set_change`: it finds the tags not ready and does not look,
-    /// and a lookup that began before is waited for. With every I/O request frozen, any such
-    /// response is a stray one. The walk that aborts a lost queue's commands holds
-    /// `tag_set_change` instead.
+    /// requests of the hardware queues it drops. Their readers, a response received meanwhile
+    /// (completion context) and the abort work's walk (`Queue::lost_while_connecting`), find
+    /// the tag set not ready and do not look, and a reader that began before is waited for.
+    /// With every I/O request frozen, no command is in flight on the I/O queues: any such
+    /// response is a stray one, and the walk has nothing to abort. Only the reconnect work
+    /// calls this, so two changes never overlap.
     fn update_hw_queues(&self, count: u32) {
-        let _walks = self.tag_set_change.lock();
         let ready = self.tags_ready(true);
         ready.store(false, Ordering::Relaxed);
         crate::sync::synchronize_rcu();
@@ -490,7 +488,6 @@ impl RdmaCtrl {
                 admin_tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
                 // SAFETY: as above.
                 tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
-                tag_set_change <- kernel::new_mutex!(()),
                 tags_ready: [AtomicBool::new(false), AtomicBool::new(false)],
                 // SAFETY: the glue initializes the work item in place.
                 err_work <- Opaque::ffi_init(|w| unsafe {

@@ -641,22 +641,27 @@ unsafe extern "C" fn abort_if_sent_on(rq: *mut bindings::request, data: *mut c_v
 }
 
 /// Has the timeout handler run now for every started request whose command went out on queue
-/// `qid`; returns how many there were.
+/// `qid`; returns how many there were, or `None` if the queue's tag set is not ready (see
+/// [`RdmaCtrl::ready_tag_set`]).
 ///
 /// # Safety
 ///
-/// The tag set of queue `qid` is allocated and stays so during the call.
-pub(crate) unsafe fn abort_sent_on(ctrl: &RdmaCtrl, qid: u16) -> u32 {
+/// The tag set of queue `qid`, if ready, is not removed during the call.
+pub(crate) unsafe fn abort_sent_on(ctrl: &RdmaCtrl, qid: u16) -> Option<u32> {
+    // The walk takes the tags' lock and completes nothing itself: it does not sleep.
+    let rcu = RcuReadGuard::new();
+    let set = ctrl.ready_tag_set(qid, &rcu)?;
     let mut scan = AbortScan { qid, count: 0 };
-    // SAFETY: an allocated tag set of ours (per the contract); `scan` outlives the walk.
+    // SAFETY: an allocated tag set of ours, its tags not reallocated before `rcu` is dropped
+    // and not removed (per the contract); `scan` outlives the walk.
     unsafe {
         bindings::blk_mq_tagset_busy_iter(
-            ctrl.tag_set_of(qid),
+            set,
             Some(abort_if_sent_on),
             &mut scan as *mut AbortScan as *mut c_void,
         )
     };
-    scan.count
+    Some(scan.count)
 }
 
 /// " (sent on QID n)" for a command sent on another queue than its own, else nothing.

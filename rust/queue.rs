@@ -675,14 +675,12 @@ impl Queue {
         else {
             return;
         };
+        // Not walked while a reconnect changes the number of I/O queues: the I/O is frozen
+        // then, so none of their commands is in flight.
         let n = if was & STARTED != 0 {
-            // A reconnect may be changing the number of I/O queues meanwhile.
-            self.ctrl().with_tag_sets_fixed(|| {
-                // SAFETY: STARTED is set only after the queue's tag set was allocated, and
-                // `stop` clears it under this lock, which the teardown calls before removing
-                // a tag set; its tags are not reallocated during the walk.
-                unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) }
-            })
+            // SAFETY: STARTED is set only after the queue's tag set was allocated, and `stop`
+            // clears it under this lock, which the teardown calls before removing a tag set.
+            unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) }.unwrap_or(0)
         } else {
             0
         };
