@@ -235,9 +235,9 @@ impl RdmaCtrl {
     pub(crate) fn tags(&self, qid: u16, rcu: &RcuReadGuard) -> Option<*mut bindings::blk_mq_tags> {
         let set = self.ready_tag_set(qid, rcu)?;
         let hctx = u32::from(qid.saturating_sub(1));
-        // Ready once allocated (Release, seen above); removed only after every queue of the set
-        // was drained; `update_hw_queues` clears it and waits for `rcu` before a change.
-        // SAFETY: as above; `tags` has one entry per hardware queue.
+        // SAFETY: a ready set was allocated (its flag set with Release, read with Acquire) and
+        // is removed only after every queue of the set was drained; `update_hw_queues` clears
+        // the flag and waits for `rcu` before a change. `tags` has one entry per hardware queue.
         unsafe { (hctx < (*set).nr_hw_queues).then(|| *(*set).tags.add(hctx as usize)) }
     }
 
