@@ -639,10 +639,41 @@ dmesg_since_mark() {
 	dmesg_after "$_dmesg_mark"
 }
 
+# _upstream_lockdep FILE: print the kernel log on stdin without the lockdep reports that are known
+# upstream ones not involving nvme_rsrdma, which go to FILE instead. Known: the circular
+# dependency nvmet-rdma's target reports between nvmet_config_sem and the RDMA CM's handler_mutex
+# (a port's removal destroys its listening CM id under the semaphore; a Fabrics Connect that
+# arrived before the target's ESTABLISHED event is executed from the connection's CM handler and
+# takes the semaphore). The two mutexes are different ids' of one lock class; any host
+# can trigger it: its Connect overtaking the CM's RTU is a matter of timing.
+_upstream_lockdep() {
+	awk -v out="$1" '
+		function flush(   i, known) {
+			known = blk ~ /nvmet_config_sem/ && blk ~ /handler_mutex/ && blk !~ /nvme_rsrdma/
+			for (i = 1; i <= n; i++)
+				if (known)
+					print line[i] > out
+				else
+					print line[i]
+			n = 0; blk = ""; inrep = 0
+		}
+		/WARNING: possible circular locking dependency detected/ { flush(); inrep = 1 }
+		{ line[++n] = $0; blk = blk "\n" $0 }
+		!inrep || /<\/TASK>/ { flush() }
+		END { flush() }'
+}
+
 dmesg_check_clean() {
-	local log rc=0
+	local log known rc=0
 	kmemleak_check || rc=1
-	log=$(dmesg_since_mark)
+	known=$(mktemp)
+	log=$(dmesg_since_mark | _upstream_lockdep "$known")
+	if [ -s "$known" ]; then
+		ktap_diag "known upstream lockdep report, not nvme_rsrdma's (not counted; lockdep is off for the rest of this boot):"
+		grep -E 'WARNING:|is trying to acquire|already holding|^[^#]*-> #|\(.*\)\{' "$known" |
+			head -n 12 | ktap_diag
+	fi
+	rm -f "$known"
 	if grep -qE "$DMESG_BAD" <<<"$log"; then
 		ktap_diag "kernel log since the mark has problems:"
 		# From 5 lines before the first problem, at most 150 lines.
