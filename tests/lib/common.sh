@@ -639,8 +639,8 @@ dmesg_since_mark() {
 	dmesg_after "$_dmesg_mark"
 }
 
-# _upstream_lockdep FILE: print the kernel log on stdin without the lockdep reports that are known
-# upstream ones not involving nvme_rsrdma, which go to FILE instead. Known: the circular
+# _upstream_lockdep FILE: print the kernel log on stdin without the lockdep reports that this
+# project knows come from upstream code, not nvme_rsrdma, which go to FILE instead: the circular
 # dependency nvmet-rdma's target reports between nvmet_config_sem and the RDMA CM's handler_mutex
 # (a port's removal destroys its listening CM id under the semaphore; a Fabrics Connect that
 # arrived before the target's ESTABLISHED event is executed from the connection's CM handler and
@@ -669,7 +669,7 @@ dmesg_check_clean() {
 	known=$(mktemp)
 	log=$(dmesg_since_mark | _upstream_lockdep "$known")
 	if [ -s "$known" ]; then
-		ktap_diag "known upstream lockdep report, not nvme_rsrdma's (not counted; lockdep is off for the rest of this boot):"
+		ktap_diag "lockdep report from the target's upstream code (nvmet-rdma, rdma_cm), not nvme_rsrdma's (not counted; lockdep is off for the rest of this boot):"
 		grep -E 'WARNING:|is trying to acquire|already holding|^[^#]*-> #|\(.*\)\{' "$known" |
 			head -n 12 | ktap_diag
 	fi
