@@ -22,6 +22,7 @@ use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
 use crate::stats::{CtrlStats, DebugDir};
 use crate::sync::{Completion, ConnCell, IrqLock, RcuReadGuard};
+use crate::work::{DelayedWork, Work, Wq};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use kernel::c_str;
@@ -69,9 +70,9 @@ pub(crate) struct RdmaCtrl {
     /// `ready_tag_set`). Queues receive from the moment they are connected, before that.
     tags_ready: [AtomicBool; 2],
     #[pin]
-    err_work: Opaque<bindings::work_struct>,
+    err_work: Work,
     #[pin]
-    reconnect_work: Opaque<bindings::delayed_work>,
+    reconnect_work: DelayedWork,
     /// Arms `reconnect_work`; `true` once deletion stopped the controller, after which nothing
     /// arms it again.
     #[pin]
@@ -79,7 +80,7 @@ pub(crate) struct RdmaCtrl {
     /// Aborts the commands in flight on queues whose connection ended or failed while
     /// connecting (see `Queue::report_while_connecting`).
     #[pin]
-    abort_work: Opaque<bindings::work_struct>,
+    abort_work: Work,
     /// Queue 0 is the admin queue. Dropped before `conn` and `pool`.
     queues: KVec<Pin<KBox<Queue>>>,
     conn: ConnCell<CtrlConn>,
@@ -489,22 +490,17 @@ impl RdmaCtrl {
                 // SAFETY: as above.
                 tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
                 tags_ready: [AtomicBool::new(false), AtomicBool::new(false)],
-                // SAFETY: the glue initializes the work item in place.
-                err_work <- Opaque::ffi_init(|w| unsafe {
-                    bindings::rsrdma_init_work(w, Some(error_recovery_work),
-                        bindings::rsrdma_work_class_RSRDMA_WORK_ERROR_RECOVERY)
-                }),
+                // SAFETY: the work functions reach only the controller, which cancels or
+                // flushes its items before it is freed (`stop_ctrl`, `delete_ctrl`).
+                err_work <- unsafe { Work::new(error_recovery_work,
+                    bindings::rsrdma_work_class_RSRDMA_WORK_ERROR_RECOVERY) },
                 // SAFETY: as above.
-                reconnect_work <- Opaque::ffi_init(|w| unsafe {
-                    bindings::rsrdma_init_delayed_work(w, Some(reconnect_work),
-                        bindings::rsrdma_work_class_RSRDMA_WORK_RECONNECT)
-                }),
+                reconnect_work <- unsafe { DelayedWork::new(reconnect_work,
+                    bindings::rsrdma_work_class_RSRDMA_WORK_RECONNECT) },
                 reconnect_gate <- IrqLock::new(false),
                 // SAFETY: as above.
-                abort_work <- Opaque::ffi_init(|w| unsafe {
-                    bindings::rsrdma_init_work(w, Some(abort_work),
-                        bindings::rsrdma_work_class_RSRDMA_WORK_ABORT)
-                }),
+                abort_work <- unsafe { Work::new(abort_work,
+                    bindings::rsrdma_work_class_RSRDMA_WORK_ABORT) },
                 queues: {
                     let mut v = KVec::with_capacity(nr_io as usize + 1, GFP_KERNEL)?;
                     for qid in 0..=nr_io as u16 {
@@ -536,15 +532,9 @@ impl RdmaCtrl {
             GFP_KERNEL,
         )?;
 
-        // SAFETY: the core's work item of our controller, initialized here as the core expects
-        // from transports.
-        unsafe {
-            bindings::rsrdma_init_work(
-                ctrl.nvme().reset_work(),
-                Some(reset_work),
-                bindings::rsrdma_work_class_RSRDMA_WORK_RESET,
-            )
-        };
+        // SAFETY: before `nvme_init_ctrl`, as the core expects from transports. `reset_work`
+        // reaches only the controller; the core's deletion flushes the item before freeing it.
+        unsafe { ctrl.nvme().init_reset_work(reset_work) };
         // SAFETY: `nctrl` is zeroed apart from the fields set above; `ops` is static.
         to_result(unsafe { bindings::nvme_init_ctrl(ctrl.nctrl.get(), dev, ops, 0) })?;
         // From here the core owns the memory: it frees it through `free_ctrl` on the last put.
@@ -610,8 +600,7 @@ impl RdmaCtrl {
             // The attempt's queues are stopped: a failure they reported is handled or moot.
             // Cancelled, not flushed: this may run on the abort work's own workqueue (a
             // reconnect), where waiting for a queued item could stall its rescuer.
-            // SAFETY: our initialized work item.
-            unsafe { bindings::cancel_work_sync(self.abort_work.get()) };
+            self.abort_work.cancel_sync();
         }
         res
     }
@@ -963,8 +952,7 @@ impl RdmaCtrl {
             self.remove_tag_set(false);
         }
         // The async event request uses the admin queue.
-        // SAFETY: the core's work item of our controller.
-        unsafe { bindings::cancel_work_sync(n.async_event_work()) };
+        n.async_event_work().cancel_sync();
         self.queue(0).free(false);
         self.release_conn();
     }
@@ -1006,22 +994,19 @@ impl RdmaCtrl {
             return;
         }
         log_warn!(n.as_ptr(), "starting error recovery: {}", reason);
-        // SAFETY: our initialized work item and the core's reset workqueue.
-        unsafe { bindings::rsrdma_queue_work(bindings::nvme_reset_wq, self.err_work.get()) };
+        self.err_work.queue(Wq::Reset);
     }
 
     /// Queues the abort work (see `Queue::report_while_connecting`); any context.
     pub(crate) fn queue_abort(&self) {
-        // SAFETY: our initialized work item and the core's workqueue.
-        unsafe { bindings::rsrdma_queue_work(bindings::nvme_wq, self.abort_work.get()) };
+        self.abort_work.queue(Wq::Nvme);
     }
 
     fn recover(&self) {
         let n = self.nvme();
         let start = Ktime::ktime_get();
         n.stop_keep_alive();
-        // SAFETY: the core's work item of our controller.
-        unsafe { bindings::flush_work(n.async_event_work()) };
+        n.async_event_work().flush();
         self.teardown_io(false);
         n.unquiesce_io();
         self.teardown_admin(false);
@@ -1091,14 +1076,7 @@ impl RdmaCtrl {
     fn schedule_reconnect(&self, delay_ms: u32) {
         let stopped = self.reconnect_gate.lock();
         if !*stopped {
-            // SAFETY: our initialized delayed work item and the core's workqueue.
-            unsafe {
-                bindings::rsrdma_queue_delayed_work(
-                    bindings::nvme_wq,
-                    self.reconnect_work.get(),
-                    delay_ms,
-                )
-            };
+            self.reconnect_work.queue(Wq::Nvme, delay_ms);
         }
     }
 
@@ -1114,15 +1092,8 @@ impl RdmaCtrl {
             r.bring_forward(now_ms());
         }
         let stopped = self.reconnect_gate.lock();
-        // SAFETY: our initialized delayed work item and the core's workqueue.
-        unsafe {
-            if !*stopped && bindings::cancel_delayed_work(self.reconnect_work.get()) {
-                bindings::rsrdma_queue_delayed_work(
-                    bindings::nvme_wq,
-                    self.reconnect_work.get(),
-                    0,
-                );
-            }
+        if !*stopped && self.reconnect_work.cancel() {
+            self.reconnect_work.queue(Wq::Nvme, 0);
         }
     }
 
@@ -1180,12 +1151,9 @@ impl RdmaCtrl {
         let n = self.nvme();
         self.block_device(dev);
         for _ in 0..8 {
-            // SAFETY: the core's and our initialized work items.
-            unsafe {
-                bindings::flush_work(n.reset_work());
-                bindings::flush_work(self.err_work.get());
-                bindings::cancel_delayed_work_sync(self.reconnect_work.get());
-            }
+            n.reset_work().flush();
+            self.err_work.flush();
+            self.reconnect_work.cancel_sync();
             match n.state() {
                 State::Live if self.device() == Some(dev) => {
                     self.error_recovery(format_args!("RDMA device {} removed", dev.name()));
@@ -1201,10 +1169,7 @@ impl RdmaCtrl {
                     return;
                 }
                 State::Deleting | State::DeletingNoIo => {
-                    // SAFETY: the core's delete work of our controller.
-                    unsafe {
-                        bindings::flush_work(core::ptr::addr_of_mut!((*n.as_ptr()).delete_work))
-                    };
+                    n.delete_work().flush();
                     // `nvme disconnect` deletes in its own context, not in the delete work.
                     while self.device() == Some(dev) && !self.released.wait_ms(RELEASE_WAIT_MS) {
                         log_warn!(
@@ -1375,8 +1340,7 @@ unsafe extern "C" fn delete_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     ctrl.shutdown(true);
     // Here rather than in `stop_ctrl`: only once every queue was stopped and freed can no
     // completion or CM event queue the abort work again (they need an established connection).
-    // SAFETY: our initialized work item.
-    unsafe { bindings::cancel_work_sync(ctrl.abort_work.get()) };
+    ctrl.abort_work.cancel_sync();
 }
 
 /// `nvme_ctrl_ops::stop_ctrl`: no transport work may run afterwards.
@@ -1393,11 +1357,8 @@ unsafe extern "C" fn stop_ctrl(nctrl: *mut bindings::nvme_ctrl) {
     if matches!(ctrl.nvme().state(), State::Deleting | State::DeletingNoIo) {
         *ctrl.reconnect_gate.lock() = true;
     }
-    // SAFETY: our initialized work items.
-    unsafe {
-        bindings::flush_work(ctrl.err_work.get());
-        bindings::cancel_delayed_work_sync(ctrl.reconnect_work.get());
-    }
+    ctrl.err_work.flush();
+    ctrl.reconnect_work.cancel_sync();
 }
 
 /// The controller operations, named after the transport.

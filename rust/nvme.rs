@@ -7,6 +7,7 @@
 //! safe to call. State transitions, quiescing, freezing and keep-alive all stay in the core.
 
 use crate::bindings;
+use crate::work::{Work, WorkFn};
 use core::ptr::NonNull;
 use kernel::error::to_result;
 use kernel::prelude::*;
@@ -212,14 +213,37 @@ impl Ctrl {
         ctrl_field!(self, admin_q)
     }
 
-    pub(crate) fn async_event_work(&self) -> *mut bindings::work_struct {
-        // SAFETY: alive; only the address is taken.
-        unsafe { core::ptr::addr_of_mut!((*self.0.as_ptr()).async_event_work) }
+    pub(crate) fn async_event_work(&self) -> &Work {
+        // SAFETY: alive, and `nvme_init_ctrl` initialized the item.
+        unsafe { Work::from_raw(core::ptr::addr_of_mut!((*self.0.as_ptr()).async_event_work)) }
     }
 
-    pub(crate) fn reset_work(&self) -> *mut bindings::work_struct {
-        // SAFETY: alive; only the address is taken.
-        unsafe { core::ptr::addr_of_mut!((*self.0.as_ptr()).reset_work) }
+    pub(crate) fn delete_work(&self) -> &Work {
+        // SAFETY: as above.
+        unsafe { Work::from_raw(core::ptr::addr_of_mut!((*self.0.as_ptr()).delete_work)) }
+    }
+
+    /// The reset work, which the transport initializes ([`Ctrl::init_reset_work`]).
+    pub(crate) fn reset_work(&self) -> &Work {
+        // SAFETY: alive; initialized before `nvme_init_ctrl`, as transports must.
+        unsafe { Work::from_raw(core::ptr::addr_of_mut!((*self.0.as_ptr()).reset_work)) }
+    }
+
+    /// Binds the reset work to the transport's `func`.
+    ///
+    /// # Safety
+    ///
+    /// Before `nvme_init_ctrl`; as for [`Work::new`] otherwise.
+    pub(crate) unsafe fn init_reset_work(&self, func: WorkFn) {
+        // SAFETY: alive, and nothing uses the item before `nvme_init_ctrl`; `func` per the
+        // contract.
+        unsafe {
+            Work::init_raw(
+                core::ptr::addr_of_mut!((*self.0.as_ptr()).reset_work),
+                func,
+                bindings::rsrdma_work_class_RSRDMA_WORK_RESET,
+            )
+        };
     }
 }
 

@@ -11,6 +11,7 @@ use crate::glue::{log_err, log_info};
 use crate::nvme::Options;
 use crate::rdma::{CmId, Device, EventWatch};
 use crate::stats::DebugDir;
+use crate::work::Wq;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::c_str;
@@ -230,8 +231,7 @@ impl Registry {
                 ctrl.nvme().delete();
                 ctrl.nvme().put();
             }
-            // SAFETY: the core's delete workqueue.
-            unsafe { bindings::rsrdma_flush_workqueue(bindings::nvme_delete_wq) };
+            Wq::Delete.flush();
             let mut alive = self.alive.lock();
             if *alive == 0 {
                 return;

@@ -26,6 +26,7 @@ mod rdma;
 mod registration;
 mod stats;
 mod sync;
+mod work;
 
 use glue::log_info;
 use registration::{ClientRegistration, Registry, TransportRegistration};
