@@ -157,13 +157,8 @@ impl RdmaCtrl {
     ///
     /// `nctrl` must be the `nvme_ctrl` embedded in a live `RdmaCtrl`.
     pub(crate) unsafe fn from_nvme<'a>(nctrl: *mut bindings::nvme_ctrl) -> &'a RdmaCtrl {
-        // SAFETY: per the contract, `nctrl` is the first field of a pinned `RdmaCtrl`... it is
-        // located with `container_of` arithmetic on the field offset.
-        unsafe {
-            &*(nctrl
-                .cast::<u8>()
-                .sub(core::mem::offset_of!(RdmaCtrl, nctrl)) as *const RdmaCtrl)
-        }
+        // SAFETY: per the contract, `nctrl` is the `nctrl` field of a live `RdmaCtrl`.
+        unsafe { &*kernel::container_of!(nctrl, RdmaCtrl, nctrl) }
     }
 
     pub(crate) fn nvme(&self) -> Ctrl {
@@ -1210,11 +1205,7 @@ fn kernel_num_online_cpus() -> u32 {
 unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `err_work` of a live controller (work items are flushed before the
     // controller is freed, see `stop_ctrl`).
-    let ctrl = unsafe {
-        &*(work
-            .cast::<u8>()
-            .sub(core::mem::offset_of!(RdmaCtrl, err_work)) as *const RdmaCtrl)
-    };
+    let ctrl = unsafe { &*kernel::container_of!(work, RdmaCtrl, err_work) };
     ctrl.recover();
 }
 
@@ -1226,11 +1217,7 @@ unsafe extern "C" fn error_recovery_work(work: *mut bindings::work_struct) {
 unsafe extern "C" fn abort_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `abort_work` of a live controller (cancelled after a failed set-up
     // and in `delete_ctrl`, before the controller is freed).
-    let ctrl = unsafe {
-        &*(work
-            .cast::<u8>()
-            .sub(core::mem::offset_of!(RdmaCtrl, abort_work)) as *const RdmaCtrl)
-    };
+    let ctrl = unsafe { &*kernel::container_of!(work, RdmaCtrl, abort_work) };
     for queue in ctrl.queues.iter() {
         queue.abort_if_lost();
     }
@@ -1244,11 +1231,7 @@ unsafe extern "C" fn abort_work(work: *mut bindings::work_struct) {
 unsafe extern "C" fn reconnect_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the `work` member (offset 0) of the `reconnect_work` of a live
     // controller.
-    let ctrl = unsafe {
-        &*(work
-            .cast::<u8>()
-            .sub(core::mem::offset_of!(RdmaCtrl, reconnect_work)) as *const RdmaCtrl)
-    };
+    let ctrl = unsafe { &*kernel::container_of!(work, RdmaCtrl, reconnect_work) };
     ctrl.reconnect();
 }
 
@@ -1261,11 +1244,7 @@ unsafe extern "C" fn reset_work(work: *mut bindings::work_struct) {
     // SAFETY: `work` is the core's `reset_work` of the `nvme_ctrl` embedded in a live
     // controller.
     let ctrl = unsafe {
-        RdmaCtrl::from_nvme(
-            work.cast::<u8>()
-                .sub(core::mem::offset_of!(bindings::nvme_ctrl, reset_work))
-                .cast(),
-        )
+        RdmaCtrl::from_nvme(kernel::container_of!(work, bindings::nvme_ctrl, reset_work).cast_mut())
     };
     let n = ctrl.nvme();
     n.stop();

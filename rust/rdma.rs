@@ -583,9 +583,8 @@ unsafe extern "C" fn cq_event(_cq: *mut bindings::ib_cq, ctx: *mut c_void) {
 ///
 /// Called by the kernel with the work it was initialized for.
 unsafe extern "C" fn kick_poll(work: *mut bindings::irq_work) {
-    let offset = core::mem::offset_of!(Poller, kick);
     // SAFETY: `work` is the `kick` field of a live poller (`Cq::drop` syncs it first).
-    let p = unsafe { &*(work.cast::<u8>().sub(offset) as *const Poller) };
+    let p = unsafe { &*kernel::container_of!(work, Poller, kick) };
     // SAFETY: scheduling a disabled poller does nothing; a live one is initialized.
     unsafe { bindings::irq_poll_sched(p.iop.get()) };
 }
@@ -597,10 +596,9 @@ unsafe extern "C" fn kick_poll(work: *mut bindings::irq_work) {
 ///
 /// Called by the kernel with the instance it was initialized for.
 unsafe extern "C" fn poll_cq(iop: *mut bindings::irq_poll, budget: i32) -> i32 {
-    let offset = core::mem::offset_of!(Poller, iop);
     // SAFETY: `iop` is the `iop` field of a live poller: `Cq::drop` disables it (waiting for
     // this poll) before the CQ and the poller go.
-    let p = unsafe { &*(iop.cast::<u8>().sub(offset) as *const Poller) };
+    let p = unsafe { &*kernel::container_of!(iop, Poller, iop) };
     let cq = p.cq.load(Ordering::Acquire);
     // SAFETY: the CQ exists (it was armed after `cq` was set, and only an event of it
     // schedules this poll) and is only polled here: irq_poll runs one poll of an instance at a
@@ -818,9 +816,8 @@ impl EventWatch {
         active: bool,
     ) -> bool {
         use core::sync::atomic::Ordering::AcqRel;
-        let offset = core::mem::offset_of!(EventWatch, handler);
         // SAFETY: per the contract, `handler` is the `handler` field of an `EventWatch`.
-        let watch = unsafe { &*(handler.cast::<u8>().sub(offset) as *const EventWatch) };
+        let watch = unsafe { &*kernel::container_of!(handler, EventWatch, handler) };
         let Some(bit) = 1u64.checked_shl(port) else {
             return true;
         };
