@@ -1229,8 +1229,8 @@ unsafe extern "C" fn abort_work(work: *mut bindings::work_struct) {
 ///
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn reconnect_work(work: *mut bindings::work_struct) {
-    // SAFETY: `work` is the `work` member (offset 0) of the `reconnect_work` of a live
-    // controller.
+    // SAFETY: `work` is the `work` member of the `reconnect_work` of a live controller, at
+    // the item's address (see `DelayedWork`).
     let ctrl = unsafe { &*kernel::container_of!(work, RdmaCtrl, reconnect_work) };
     ctrl.reconnect();
 }

@@ -124,13 +124,16 @@ impl Work {
     }
 }
 
-/// A `struct delayed_work` bound to its function.
+/// A `struct delayed_work` bound to its function. The function gets the item's `work`
+/// member, at the item's own address: an owner finds itself from it by the item's offset.
 #[repr(transparent)]
 #[pin_data]
 pub(crate) struct DelayedWork {
     #[pin]
     inner: Opaque<bindings::delayed_work>,
 }
+
+const _: () = assert!(core::mem::offset_of!(bindings::delayed_work, work) == 0);
 
 // SAFETY: as for `Work`.
 unsafe impl Send for DelayedWork {}
