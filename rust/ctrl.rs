@@ -11,7 +11,7 @@
 use crate::bindings;
 use crate::errno;
 use crate::glue::{dbg_event, log_err, log_info, log_warn};
-use crate::mq::{ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
+use crate::mq::{Request, ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
 use crate::nvme::{status_result, Ctrl, Failure, Options, State};
 use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
@@ -20,6 +20,7 @@ use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
 use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
+use crate::request::{TagSet, Tags};
 use crate::stats::{CtrlStats, DebugDir};
 use crate::sync::{Completion, ConnCell, IrqLock, RcuReadGuard};
 use crate::work::{DelayedWork, Work, Wq};
@@ -60,15 +61,12 @@ struct Recovery {
 pub(crate) struct RdmaCtrl {
     #[pin]
     nctrl: Opaque<bindings::nvme_ctrl>,
+    /// The tag sets of the admin queue and of the I/O queues. A response looks its request up
+    /// in them, and the abort work walks them (see `TagSet`).
     #[pin]
-    admin_tag_set: Opaque<bindings::blk_mq_tag_set>,
+    admin_tag_set: TagSet<Request>,
     #[pin]
-    tag_set: Opaque<bindings::blk_mq_tag_set>,
-    /// Whether the tags of the admin (0) and the I/O (1) tag set may be read, by a response
-    /// looking up its request or by the walk that aborts a lost queue's commands: from the
-    /// set's allocation to its removal, except while the hardware queues change (see
-    /// `ready_tag_set`). Queues receive from the moment they are connected, before that.
-    tags_ready: [AtomicBool; 2],
+    tag_set: TagSet<Request>,
     #[pin]
     err_work: Work,
     #[pin]
@@ -195,46 +193,25 @@ impl RdmaCtrl {
         self.src_addr.as_ref()
     }
 
-    pub(crate) fn io_tag_set(&self) -> *mut bindings::blk_mq_tag_set {
-        self.tag_set.get()
+    pub(crate) fn io_tag_set(&self) -> &TagSet<Request> {
+        &self.tag_set
     }
 
     /// The tag set of queue `qid`'s requests.
-    pub(crate) fn tag_set_of(&self, qid: u16) -> *mut bindings::blk_mq_tag_set {
+    pub(crate) fn tag_set_of(&self, qid: u16) -> &TagSet<Request> {
         if qid == 0 {
-            self.admin_tag_set.get()
+            &self.admin_tag_set
         } else {
-            self.tag_set.get()
+            &self.tag_set
         }
     }
 
-    /// Whether the I/O (else the admin) tag set's tags may be looked up (see `tags_ready`).
-    fn tags_ready(&self, io: bool) -> &AtomicBool {
-        &self.tags_ready[usize::from(io)]
-    }
-
-    /// The tag set of queue `qid`, if it is allocated and its hardware queues are not
-    /// changing. Its tags, and the requests in them, stay valid until `_rcu` is dropped (see
-    /// `update_hw_queues`).
-    pub(crate) fn ready_tag_set(
-        &self,
-        qid: u16,
-        _rcu: &RcuReadGuard,
-    ) -> Option<*mut bindings::blk_mq_tag_set> {
-        let ready = self.tags_ready(qid != 0).load(Ordering::Acquire);
-        ready.then(|| self.tag_set_of(qid))
-    }
-
-    /// The blk-mq tags of queue `qid`, if its tag set is ready (see `ready_tag_set`) and has
+    /// The blk-mq tags of queue `qid`, if its tag set is ready (see `TagSet::ready`) and has
     /// that hardware queue (it may have fewer than the queues connected while a reconnect
     /// changes their number). Valid, and so are the requests in them, until `rcu` is dropped.
-    pub(crate) fn tags(&self, qid: u16, rcu: &RcuReadGuard) -> Option<*mut bindings::blk_mq_tags> {
-        let set = self.ready_tag_set(qid, rcu)?;
-        let hctx = u32::from(qid.saturating_sub(1));
-        // SAFETY: a ready set was allocated (its flag set with Release, read with Acquire) and
-        // is removed only after every queue of the set was drained; `update_hw_queues` clears
-        // the flag and waits for `rcu` before a change. `tags` has one entry per hardware queue.
-        unsafe { (hctx < (*set).nr_hw_queues).then(|| *(*set).tags.add(hctx as usize)) }
+    pub(crate) fn tags<'a>(&'a self, qid: u16, rcu: &'a RcuReadGuard) -> Option<Tags<'a, Request>> {
+        let set = self.tag_set_of(qid).ready(rcu)?;
+        set.tags(u32::from(qid.saturating_sub(1)))
     }
 
     /// Sets the number of the I/O tag set's hardware queues (frozen by the caller).
@@ -242,25 +219,22 @@ impl RdmaCtrl {
     /// `blk_mq_update_nr_hw_queues` reallocates the array of tags and frees the tags and
     /// requests of the hardware queues it drops. Their readers, a response received meanwhile
     /// (completion context) and the abort work's walk (`Queue::lost_while_connecting`), find
-    /// the tag set not ready and do not look, and a reader that began before is waited for.
-    /// With every I/O request frozen, no command is in flight on the I/O queues: any such
-    /// response is a stray one, and the walk has nothing to abort. Only the reconnect work
-    /// calls this, so two changes never overlap.
+    /// the tag set not ready and do not look, and a reader that began before is waited for
+    /// (`TagSet::change`). With every I/O request frozen, no command is in flight on the I/O
+    /// queues: any such response is a stray one, and the walk has nothing to abort. Only the
+    /// reconnect work calls this, so two changes never overlap.
     fn update_hw_queues(&self, count: u32) {
-        let ready = self.tags_ready(true);
-        ready.store(false, Ordering::Relaxed);
-        crate::sync::synchronize_rcu();
-        self.nvme().update_nr_hw_queues(count);
-        ready.store(true, Ordering::Release);
+        self.tag_set
+            .change(|| self.nvme().update_nr_hw_queues(count));
     }
 
-    /// Removes the admin or the I/O tag set. Their queues were drained: no response is being
-    /// handled, and none will look the tags up.
+    /// Removes the admin or the I/O tag set, after waiting for its readers (see `TagSet`).
     fn remove_tag_set(&self, io: bool) {
-        self.tags_ready(io).store(false, Ordering::Relaxed);
         if io {
+            self.tag_set.retire();
             self.nvme().remove_io_tag_set();
         } else {
+            self.admin_tag_set.retire();
             self.nvme().remove_admin_tag_set();
         }
     }
@@ -480,11 +454,8 @@ impl RdmaCtrl {
                     (*n).sqsize = (io_depth - 1) as u16;
                     (*n).kato = opts.kato();
                 }),
-                // SAFETY: zeroed, for the core's tag set helpers to fill.
-                admin_tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
-                // SAFETY: as above.
-                tag_set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
-                tags_ready: [AtomicBool::new(false), AtomicBool::new(false)],
+                admin_tag_set <- TagSet::new(),
+                tag_set <- TagSet::new(),
                 // SAFETY: the work functions reach only the controller, which cancels or
                 // flushes its items before it is freed (`stop_ctrl`, `delete_ctrl`).
                 err_work <- unsafe { Work::new(error_recovery_work,
@@ -683,16 +654,13 @@ impl RdmaCtrl {
                 n.set_numa_node(dev.numa_node());
             }
             if new {
-                // SAFETY: our controller and admin tag set; the ops are static.
+                // SAFETY: the core allocates our admin tag set, with our static ops and PDU
+                // (`REQUEST_SIZE` bytes, a `Request`), for our controller.
                 status_result(unsafe {
-                    bindings::nvme_alloc_admin_tag_set(
-                        nptr,
-                        self.admin_tag_set.get(),
-                        &ADMIN_MQ_OPS,
-                        REQUEST_SIZE,
-                    )
+                    self.admin_tag_set.alloc(|set| {
+                        bindings::nvme_alloc_admin_tag_set(nptr, set, &ADMIN_MQ_OPS, REQUEST_SIZE)
+                    })
                 })?;
-                self.tags_ready(false).store(true, Ordering::Release);
             }
             Ok(())
         })();
@@ -883,26 +851,21 @@ impl RdmaCtrl {
             } else {
                 2
             };
-            // SAFETY: our controller and I/O tag set; the ops are static.
+            // SAFETY: the core allocates our I/O tag set, with our static ops and PDU
+            // (`REQUEST_SIZE` bytes, a `Request`), for our controller.
             if let Err(e) = status_result(unsafe {
-                bindings::nvme_alloc_io_tag_set(
-                    nptr,
-                    self.tag_set.get(),
-                    &IO_MQ_OPS,
-                    nr_maps,
-                    REQUEST_SIZE,
-                )
+                self.tag_set.alloc(|set| {
+                    bindings::nvme_alloc_io_tag_set(nptr, set, &IO_MQ_OPS, nr_maps, REQUEST_SIZE)
+                })
             }) {
                 self.free_io_queues();
                 return Err(e);
             }
-            self.tags_ready(true).store(true, Ordering::Release);
         }
 
         // Start only the queues the tag set has hardware queues for: on reconnect their
         // number may have changed.
-        // SAFETY: the I/O tag set is allocated.
-        let hw_queues = unsafe { (*self.tag_set.get()).nr_hw_queues };
+        let hw_queues = self.tag_set.nr_hw_queues().unwrap_or(0);
         let nr_queues = (hw_queues + 1).min(n.queue_count()) as u16;
         let res = (|| -> Result<(), Failure> {
             self.start_io_queues(1, nr_queues)?;
@@ -918,8 +881,7 @@ impl RdmaCtrl {
                 n.unfreeze();
             }
             // If the number of queues grew, start the new ones now.
-            // SAFETY: as above.
-            let hw_queues = unsafe { (*self.tag_set.get()).nr_hw_queues };
+            let hw_queues = self.tag_set.nr_hw_queues().unwrap_or(0);
             self.start_io_queues(nr_queues, (hw_queues + 1).min(n.queue_count()) as u16)
         })();
         if let Err(e) = res {

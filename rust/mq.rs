@@ -23,17 +23,15 @@ use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl};
 use crate::proto::spread::Owner;
 use crate::queue::{Conn, Queue};
+use crate::request::{
+    BlkStatus, Hctx, Owned, Pdu, Rq, BLK_STS_IOERR, BLK_STS_OK, BLK_STS_RESOURCE,
+};
 use crate::sync::RcuReadGuard;
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use kernel::ffi::c_void;
 use kernel::prelude::*;
 use kernel::types::Opaque;
-
-type BlkStatus = bindings::blk_status_t;
-const BLK_STS_OK: BlkStatus = 0;
-const BLK_STS_RESOURCE: BlkStatus = 9;
-const BLK_STS_IOERR: BlkStatus = 10;
 
 /// No data slice.
 const NO_DATA: u64 = u64::MAX;
@@ -59,27 +57,29 @@ pub(crate) struct Request {
 
 const _: () = assert!(offset_of!(Request, nreq) == 0);
 
+// SAFETY: a `Request` is only initialized in place, by `init_request`, in the PDU of a request
+// of a tag set allocated with `REQUEST_SIZE` (see `RdmaCtrl`); it starts with `nvme_request`.
+unsafe impl Pdu for Request {}
+
 /// Size of the PDU the tag sets are allocated with.
 pub(crate) const REQUEST_SIZE: u32 = core::mem::size_of::<Request>() as u32;
 
 impl Request {
-    /// # Safety
-    ///
-    /// `rq` must be a request of one of our tag sets (so its PDU is an initialized `Request`).
-    unsafe fn from_rq<'a>(rq: *mut bindings::request) -> &'a Request {
-        // SAFETY: per the contract; the PDU lives as long as the tag set.
-        unsafe { &*(bindings::rsrdma_rq_pdu(rq) as *const Request) }
-    }
-
-    fn rq(&self) -> *mut bindings::request {
-        // SAFETY: `self` is the PDU of a request (see `from_rq`).
-        unsafe { bindings::rsrdma_rq_from_pdu(self as *const Self as *mut c_void) }
-    }
-
     fn queue(&self) -> &Queue {
         // SAFETY: set in `init_request` to the queue of the hctx, which outlives the tag set's
         // requests.
         unsafe { &*self.queue }
+    }
+
+    /// The command the core built (`nvme_setup_cmd`) for the request in flight.
+    fn sqe(&self) -> [u8; SQE_SIZE] {
+        let mut sqe = [0u8; SQE_SIZE];
+        // SAFETY: the command is plain bytes in the PDU, written by the core before the
+        // request is started and not while it is in flight.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE)
+        };
+        sqe
     }
 
     fn set_data(&self, data: Option<DataSlice>) {
@@ -120,11 +120,11 @@ fn end_request(req: &Request) {
         Some(true) => {
             let status = req.status.load(Ordering::Relaxed);
             let result = req.result.load(Ordering::Relaxed);
-            let rq = req.rq();
-            // SAFETY: an in-flight request of ours whose last completion just arrived.
-            if !unsafe { bindings::rsrdma_nvme_try_complete_req(rq, status, result) } {
-                // SAFETY: as above; the core asked us to complete it here.
-                unsafe { complete_rq(rq) };
+            // SAFETY: the request's last completion just arrived: it is ours to end.
+            let rq = unsafe { Owned::assume(Rq::of(req)) };
+            if let Some(rq) = rq.try_complete(status, result) {
+                // Not sent to the submitting CPU: ended here.
+                complete(rq);
             }
         }
         Some(false) => {}
@@ -159,14 +159,7 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
         Some(Owner::Other { qid, command_id }) => ctrl.tags(qid, &rcu).map(|t| (t, command_id)),
         None => None,
     };
-    let rq = match found {
-        // SAFETY: the tags of a live tag set of this controller, valid while `rcu` is held;
-        // the core validates the command id (tag in range and generation) and returns null
-        // otherwise.
-        Some((tags, cid)) => unsafe { bindings::rsrdma_nvme_find_rq(tags, cid) },
-        None => core::ptr::null_mut(),
-    };
-    if rq.is_null() {
+    let Some(rq) = found.and_then(|(tags, cid)| tags.find(cid)) else {
         log_err!(
             nvme,
             "queue {}: response with unknown command_id {:#x} (status {:#x})",
@@ -176,9 +169,8 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
         );
         ctrl.error_recovery(format_args!("bad command_id on queue {}", queue.qid()));
         return;
-    }
-    // SAFETY: a request of our tag set.
-    let req = unsafe { Request::from_rq(rq) };
+    };
+    let req = rq.pdu();
     let sent_on = req.sent_on.load(Ordering::Relaxed);
     if sent_on != queue.qid() {
         log_err!(
@@ -224,81 +216,34 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     end_request(req);
 }
 
-/// Copies between a request's data pages and a pool slice.
-struct CopyCursor<'a> {
-    pool: &'a Pool,
-    offset: u64,
-    left: u32,
-    to_pool: bool,
-}
-
-/// Per-segment callback of `rsrdma_rq_visit_segments`.
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn copy_segment(ctx: *mut c_void, va: *mut c_void, len: u32) -> i32 {
-    // SAFETY: `ctx` is the `CopyCursor` passed to `rsrdma_rq_visit_segments`.
-    let cur = unsafe { &mut *(ctx as *mut CopyCursor<'_>) };
-    let n = len.min(cur.left);
-    // SAFETY: the glue maps `len` bytes at `va` for the call; the slice belongs to the request.
-    unsafe {
-        if cur.to_pool {
-            cur.pool.copy_in(cur.offset, va as *const u8, n);
-        } else {
-            cur.pool.copy_out(cur.offset, va as *mut u8, n);
-        }
-    }
-    cur.offset += u64::from(n);
-    cur.left -= n;
-    0
-}
-
 /// Copies the data of `rq` into (`to_pool`) or out of its pool slice.
-fn copy_data(pool: &Pool, rq: *mut bindings::request, slice: Slice, to_pool: bool) {
-    let mut cur = CopyCursor {
-        pool,
-        offset: slice.offset,
-        left: slice.len,
-        to_pool,
-    };
-    // SAFETY: `rq` is a started request of ours; `cur` outlives the call.
-    unsafe {
-        bindings::rsrdma_rq_visit_segments(
-            rq,
-            Some(copy_segment),
-            &mut cur as *mut _ as *mut c_void,
-        )
-    };
+fn copy_data(pool: &Pool, rq: &Owned<'_, Request>, slice: Slice, to_pool: bool) {
+    let (mut offset, mut left) = (slice.offset, slice.len);
+    rq.for_each_segment(|va, len| {
+        let n = len.min(left);
+        // SAFETY: the segment is mapped for `len` bytes during the call; the slice is the
+        // request's own, and the device does not access it between the calls of `submit` and
+        // `unmap_data` that copy.
+        unsafe {
+            if to_pool {
+                pool.copy_in(offset, va, n);
+            } else {
+                pool.copy_out(offset, va, n);
+            }
+        }
+        offset += u64::from(n);
+        left -= n;
+    });
 }
 
 /// Maps the data of a request into the pool and sends its command; returns the number of data
 /// bytes and whether they are written (once sent, the request may complete at any moment).
-fn submit(
-    queue: &Queue,
-    conn: &Conn,
-    rq: *mut bindings::request,
-    req: &Request,
-) -> Result<(u32, bool)> {
+fn submit(queue: &Queue, conn: &Conn, rq: &Owned<'_, Request>) -> Result<(u32, bool)> {
     let ctrl = queue.ctrl();
     let qid = queue.qid();
-    // SAFETY: a started request of ours.
-    let (tag, len, is_write) = unsafe {
-        // Commands without data pages (flush, write zeroes) carry no data even when the
-        // request has a size.
-        let len = if bindings::rsrdma_rq_nr_phys_segments(rq) == 0 {
-            0
-        } else {
-            bindings::rsrdma_rq_payload_bytes(rq)
-        };
-        ((*rq).tag as u32, len, bindings::rsrdma_rq_is_write(rq))
-    };
-    let mut sqe = [0u8; SQE_SIZE];
-    // SAFETY: the core built the command in our PDU (nvme_setup_cmd) and nothing else writes it
-    // while the request is ours.
-    unsafe {
-        core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE)
-    };
+    let req = rq.pdu();
+    let (tag, len, is_write) = (rq.tag(), rq.data_len(), rq.is_write());
+    let mut sqe = req.sqe();
 
     req.refs.store(1, Ordering::Relaxed);
     req.responded.store(false, Ordering::Relaxed);
@@ -440,14 +385,10 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE]) -> Option<Resu
 }
 
 /// Releases a request's data slice, copying read data out first when the command succeeded.
-fn unmap_data(
-    ctrl: &RdmaCtrl,
-    qid: u16,
-    rq: *mut bindings::request,
-    req: &Request,
-    copy_out: bool,
-) {
-    let Some(data) = req.take_data() else { return };
+fn unmap_data(ctrl: &RdmaCtrl, qid: u16, rq: &Owned<'_, Request>, copy_out: bool) {
+    let Some(data) = rq.pdu().take_data() else {
+        return;
+    };
     if copy_out {
         // SAFETY: called from completion context of a request of ours; the pool registration
         // outlives every in-flight request (see `ConnCell`).
@@ -468,24 +409,20 @@ unsafe extern "C" fn queue_rq(
     hctx: *mut bindings::blk_mq_hw_ctx,
     bd: *const bindings::blk_mq_queue_data,
 ) -> BlkStatus {
-    // SAFETY: blk-mq passes a live hctx whose driver data was set in `init_hctx` to its queue,
-    // and a request of our tag set.
-    let (queue, rq, ns) = unsafe {
+    // SAFETY: blk-mq passes a live hctx whose driver data `init_hctx` set to its queue, and
+    // hands us a request of its tag set.
+    let (hctx, rq) = unsafe {
         (
-            &*((*hctx).driver_data as *const Queue),
-            (*bd).rq,
-            (*(*hctx).queue).queuedata as *mut bindings::nvme_ns,
+            Hctx::<Queue>::from_raw(hctx),
+            Owned::<Request>::from_raw((*bd).rq),
         )
     };
+    let queue = hctx.data();
     let ctrl = queue.ctrl();
-    let nvme = ctrl.nvme().as_ptr();
-    // SAFETY: as above.
-    let req = unsafe { Request::from_rq(rq) };
+    let nvme = ctrl.nvme();
 
-    // SAFETY: live controller and request.
-    if !unsafe { bindings::rsrdma_nvme_check_ready(nvme, rq, queue.is_live()) } {
-        // SAFETY: as above.
-        return unsafe { bindings::nvme_fail_nonready_command(nvme, rq) };
+    if !rq.check_ready(nvme, queue.is_live()) {
+        return rq.fail_nonready(nvme);
     }
     // SAFETY: `queue_rq` after `nvme_check_ready` accepted the request.
     let conn = match unsafe { queue.conn() } {
@@ -493,39 +430,34 @@ unsafe extern "C" fn queue_rq(
         // commands through on a queue that is not live; one whose connection is gone (stopped
         // or reported lost) cannot carry them, and failing them now spares the core's retries
         // a wait for their timeouts.
-        Some(conn) if queue.connected() || ctrl.nvme().state() == State::Live => conn,
-        // SAFETY: as above.
-        _ => return unsafe { bindings::nvme_host_path_error(rq) },
+        Some(conn) if queue.connected() || nvme.state() == State::Live => conn,
+        _ => return rq.host_path_error(),
     };
-    // SAFETY: as above; `ns` is null for the admin queues, as the core expects.
-    let ret = unsafe { bindings::nvme_setup_cmd(ns, rq) };
+    let ret = rq.setup_cmd(hctx.ns());
     if ret != BLK_STS_OK {
         return ret;
     }
     // Where it goes, for the abort walk (see `abort_sent_on`) once it is started; `spread`
     // may name another queue before sending it.
-    req.sent_on.store(queue.qid(), Ordering::Relaxed);
-    // SAFETY: as above.
-    unsafe { bindings::rsrdma_nvme_start_request(rq) };
+    rq.pdu().sent_on.store(queue.qid(), Ordering::Relaxed);
+    rq.start();
 
-    match submit(queue, conn, rq, req) {
+    match submit(queue, conn, &rq) {
         Ok((len, write)) => {
             queue.stats().sent(len, write);
             BLK_STS_OK
         }
         Err(e) => {
-            unmap_data(ctrl, queue.qid(), rq, req, false);
+            unmap_data(ctrl, queue.qid(), &rq, false);
             if e == EAGAIN || e == ENOMEM {
                 // The large area or the send queue is full: blk-mq retries when I/O
                 // completes.
-                // SAFETY: as above.
-                unsafe { bindings::nvme_cleanup_cmd(rq) };
+                rq.cleanup_cmd();
                 return BLK_STS_RESOURCE;
             }
             if e == EINVAL {
-                log_err!(nvme, "queue {}: cannot map request", queue.qid());
-                // SAFETY: as above.
-                unsafe { bindings::nvme_cleanup_cmd(rq) };
+                log_err!(nvme.as_ptr(), "queue {}: cannot map request", queue.qid());
+                rq.cleanup_cmd();
                 return BLK_STS_IOERR;
             }
             // The queue is going away: complete with a path error so the core retries or
@@ -535,32 +467,28 @@ unsafe extern "C" fn queue_rq(
                 queue.qid(),
                 e
             ));
-            // SAFETY: as above.
-            unsafe { bindings::nvme_host_path_error(rq) }
+            rq.host_path_error()
         }
     }
 }
 
 /// Completes a request: copies read data out of the pool, frees its slice, ends it.
+fn complete(rq: Owned<'_, Request>) {
+    let queue = rq.pdu().queue();
+    let ok = rq.nvme_status() == 0;
+    unmap_data(queue.ctrl(), queue.qid(), &rq, ok && !rq.is_write());
+    queue.stats().completed(ok);
+    rq.complete();
+}
+
+/// `blk_mq_ops::complete`.
 ///
 /// # Safety
 ///
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
-    // SAFETY: a request of our tag set that the core or blk-mq is completing.
-    let req = unsafe { Request::from_rq(rq) };
-    let queue = req.queue();
-    // SAFETY: as above; `nvme_req(rq)` is the start of our PDU.
-    let (ok, is_write) = unsafe {
-        (
-            (*req.nreq.get()).status == 0,
-            bindings::rsrdma_rq_is_write(rq),
-        )
-    };
-    unmap_data(queue.ctrl(), queue.qid(), rq, req, ok && !is_write);
-    queue.stats().completed(ok);
-    // SAFETY: as above.
-    unsafe { bindings::nvme_complete_rq(rq) };
+    // SAFETY: blk-mq hands us a request of our tag set to complete.
+    complete(unsafe { Owned::from_raw(rq) });
 }
 
 /// `blk_mq_ops::timeout`.
@@ -569,17 +497,12 @@ unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
 ///
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_timer_return {
-    // SAFETY: a started request of ours.
-    let req = unsafe { Request::from_rq(rq) };
+    // SAFETY: blk-mq hands us a started request of our tag set for the call.
+    let rq = unsafe { Owned::<Request>::from_raw(rq) };
+    let req = rq.pdu();
     let queue = req.queue();
     let ctrl = queue.ctrl();
-    let mut sqe = [0u8; SQE_SIZE];
-    // SAFETY: the command of the request, built by the core.
-    unsafe {
-        core::ptr::copy_nonoverlapping(req.cmd.get() as *const u8, sqe.as_mut_ptr(), SQE_SIZE)
-    };
-    // SAFETY: as above.
-    let (tag, cid) = unsafe { ((*rq).tag, bindings::rsrdma_nvme_cid(rq)) };
+    let sqe = req.sqe();
     // A spread command went out on another queue: that is where its response would come.
     let sent_on = ctrl
         .try_queue(req.sent_on.load(Ordering::Relaxed))
@@ -588,8 +511,8 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     log_warn!(
         ctrl.nvme().as_ptr(),
         "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} {}{}",
-        tag,
-        cid,
+        rq.tag(),
+        rq.command_id(),
         capsule::opcode(&sqe),
         capsule::command_name(queue.qid() == 0, &sqe),
         queue.qid(),
@@ -609,59 +532,28 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
         if let Some(q) = sent_on {
             q.stop();
         }
-        // SAFETY: as above.
-        unsafe { bindings::rsrdma_nvmf_complete_timed_out_request(rq) };
+        rq.complete_timed_out();
         return bindings::blk_eh_timer_return_BLK_EH_DONE;
     }
     ctrl.error_recovery(format_args!("command timeout on queue {}", queue.qid()));
     bindings::blk_eh_timer_return_BLK_EH_RESET_TIMER
 }
 
-/// Walk of a tag set for [`abort_sent_on`].
-struct AbortScan {
-    qid: u16,
-    count: u32,
-}
-
-/// Per-request callback of `blk_mq_tagset_busy_iter` for [`abort_sent_on`].
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn abort_if_sent_on(rq: *mut bindings::request, data: *mut c_void) -> bool {
-    // SAFETY: `data` is the `AbortScan` of `abort_sent_on`, alive during the walk; `rq` is a
-    // started request of one of our tag sets, held by the walk for the call.
-    let (scan, req) = unsafe { (&mut *(data as *mut AbortScan), Request::from_rq(rq)) };
-    if req.sent_on.load(Ordering::Relaxed) == scan.qid {
-        // SAFETY: as above; this only moves the request's deadline and kicks the timeout work.
-        unsafe { bindings::blk_abort_request(rq) };
-        scan.count += 1;
-    }
-    true
-}
-
 /// Has the timeout handler run now for every started request whose command went out on queue
 /// `qid`; returns how many there were, or `None` if the queue's tag set is not ready (see
-/// [`RdmaCtrl::ready_tag_set`]).
-///
-/// # Safety
-///
-/// The tag set of queue `qid`, if ready, is not removed during the call.
-pub(crate) unsafe fn abort_sent_on(ctrl: &RdmaCtrl, qid: u16) -> Option<u32> {
-    // The walk takes the tags' lock and completes nothing itself: it does not sleep.
+/// [`TagSet::ready`](crate::request::TagSet::ready)).
+pub(crate) fn abort_sent_on(ctrl: &RdmaCtrl, qid: u16) -> Option<u32> {
     let rcu = RcuReadGuard::new();
-    let set = ctrl.ready_tag_set(qid, &rcu)?;
-    let mut scan = AbortScan { qid, count: 0 };
-    // SAFETY: an allocated tag set of ours, its tags not reallocated before `rcu` is dropped
-    // and not removed (per the contract); `scan` outlives the walk.
-    unsafe {
-        bindings::blk_mq_tagset_busy_iter(
-            set,
-            Some(abort_if_sent_on),
-            &mut scan as *mut AbortScan as *mut c_void,
-        )
-    };
-    Some(scan.count)
+    let set = ctrl.tag_set_of(qid).ready(&rcu)?;
+    let mut count = 0;
+    // The walk completes nothing itself: the timeout handler runs later, in its own work.
+    set.busy_iter(|rq| {
+        if rq.pdu().sent_on.load(Ordering::Relaxed) == qid {
+            rq.abort();
+            count += 1;
+        }
+    });
+    Some(count)
 }
 
 /// " (sent on QID n)" for a command sent on another queue than its own, else nothing.
@@ -685,8 +577,8 @@ unsafe extern "C" fn poll(
     hctx: *mut bindings::blk_mq_hw_ctx,
     _iob: *mut bindings::io_comp_batch,
 ) -> i32 {
-    // SAFETY: driver data set in `init_hctx`.
-    let queue = unsafe { &*((*hctx).driver_data as *const Queue) };
+    // SAFETY: blk-mq passes a live hctx whose driver data `init_hctx` set to its queue.
+    let queue = unsafe { Hctx::<Queue>::from_raw(hctx) }.data();
     // SAFETY: this queue's `poll`.
     unsafe { queue.poll() }
 }
@@ -709,14 +601,13 @@ unsafe extern "C" fn init_hctx(
     data: *mut c_void,
     hctx_idx: u32,
 ) -> i32 {
-    // SAFETY: see `ctrl_of`; `hctx` is being initialized by blk-mq.
-    unsafe {
-        let ctrl = ctrl_of(data);
-        let Some(queue) = ctrl.try_queue(hctx_idx as u16 + 1) else {
-            return EINVAL.to_errno();
-        };
-        (*hctx).driver_data = queue as *const Queue as *mut c_void;
-    }
+    // SAFETY: the I/O tag set's driver data (see `ctrl_of`).
+    let ctrl = unsafe { ctrl_of(data) };
+    let Some(queue) = ctrl.try_queue(hctx_idx as u16 + 1) else {
+        return EINVAL.to_errno();
+    };
+    // SAFETY: blk-mq is initializing `hctx`; the queue outlives the tag set.
+    unsafe { Hctx::init(hctx, queue) };
     0
 }
 
@@ -730,8 +621,10 @@ unsafe extern "C" fn init_admin_hctx(
     data: *mut c_void,
     _hctx_idx: u32,
 ) -> i32 {
-    // SAFETY: see `ctrl_of`; `hctx` is being initialized by blk-mq.
-    unsafe { (*hctx).driver_data = ctrl_of(data).queue(0) as *const Queue as *mut c_void };
+    // SAFETY: the admin tag set's driver data (see `ctrl_of`).
+    let ctrl = unsafe { ctrl_of(data) };
+    // SAFETY: blk-mq is initializing `hctx`; the queue outlives the tag set.
+    unsafe { Hctx::init(hctx, ctrl.queue(0)) };
     0
 }
 
@@ -750,7 +643,7 @@ unsafe extern "C" fn init_request(
     // the PDU is REQUEST_SIZE zeroed bytes that nothing else uses yet.
     unsafe {
         let ctrl = ctrl_of((*set).driver_data);
-        let qid = if set == ctrl.io_tag_set() {
+        let qid = if set == ctrl.io_tag_set().as_ptr() {
             hctx_idx as u16 + 1
         } else {
             0

@@ -675,12 +675,11 @@ impl Queue {
         else {
             return;
         };
-        // Not walked while a reconnect changes the number of I/O queues: the I/O is frozen
-        // then, so none of their commands is in flight.
+        // Only a started queue has carried commands. Nothing is walked while a reconnect
+        // changes the number of I/O queues: the I/O is frozen then, so none of their commands
+        // is in flight.
         let n = if was & STARTED != 0 {
-            // SAFETY: STARTED is set only after the queue's tag set was allocated, and `stop`
-            // clears it under this lock, which the teardown calls before removing a tag set.
-            unsafe { crate::mq::abort_sent_on(self.ctrl(), self.qid) }.unwrap_or(0)
+            crate::mq::abort_sent_on(self.ctrl(), self.qid).unwrap_or(0)
         } else {
             0
         };

@@ -24,6 +24,7 @@ mod proto;
 mod queue;
 mod rdma;
 mod registration;
+mod request;
 mod stats;
 mod sync;
 mod work;
