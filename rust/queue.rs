@@ -15,7 +15,7 @@ use crate::nvme::State;
 use crate::pool::PoolReg;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
 use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
-use crate::rdma::{self, CmId, CmQp, Cq, Device, DmaDir, DmaMap};
+use crate::rdma::{self, CmEvent, CmId, CmQp, Cq, Device, DmaDir, DmaMap};
 use crate::stats::QueueStats;
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
@@ -1009,8 +1009,9 @@ unsafe extern "C" fn cm_handler(
     id: *mut bindings::rdma_cm_id,
     ev: *mut bindings::rdma_cm_event,
 ) -> i32 {
-    // SAFETY: see the function's contract; the event is valid for the call.
-    let (context, event, status) = unsafe { ((*id).context, (*ev).event, (*ev).status) };
+    // SAFETY: the handler's arguments, valid for the call.
+    let ev = unsafe { CmEvent::from_raw(id, ev) };
+    let (context, event, status) = (ev.context(), ev.event(), ev.status());
     if context.is_null() {
         // A parked id, detached from its queue: nothing to do. The device's removal releases
         // parked ids before the CM reports it to them.
@@ -1040,21 +1041,8 @@ unsafe extern "C" fn cm_handler(
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => queue.cm_signal(event, 0),
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => {
-            let mut len = 0u8;
-            // SAFETY: valid id and event for the duration of the handler.
-            let data = unsafe { bindings::rdma_consumer_reject_data(id, ev, &mut len) };
-            // SAFETY: as above; returns a static string.
-            let cm_msg =
-                unsafe { kernel::str::CStr::from_char_ptr(bindings::rdma_reject_msg(id, status)) };
-            let rej = if data.is_null() {
-                None
-            } else {
-                // SAFETY: the CM hands out `len` bytes of private data valid during the call.
-                CmReject::decode(unsafe {
-                    core::slice::from_raw_parts(data.cast::<u8>(), len as usize)
-                })
-            };
-            match rej {
+            let cm_msg = ev.reject_msg();
+            match ev.reject_data().and_then(CmReject::decode) {
                 Some(r) => log_err!(
                     nvme,
                     "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
@@ -1097,9 +1085,7 @@ unsafe extern "C" fn cm_handler(
             // did not (being created, say). The CM waits until the id is destroyed: the
             // controller stops using the device, and its teardown destroys the id instead of
             // parking it.
-            // SAFETY: the id is valid for the call; its device is set once it is bound, and
-            // its removal waits for this handler.
-            if let Some(dev) = unsafe { Device::from_raw((*id).device) } {
+            if let Some(dev) = ev.device() {
                 queue.ctrl().block_device(dev);
             }
             queue.cm_lost(event);

@@ -370,6 +370,70 @@ impl CmId {
     }
 }
 
+/// An event the RDMA CM passes to a CM id's handler, with the id; valid for the call.
+pub(crate) struct CmEvent<'a> {
+    id: &'a bindings::rdma_cm_id,
+    ev: &'a bindings::rdma_cm_event,
+}
+
+impl<'a> CmEvent<'a> {
+    /// # Safety
+    ///
+    /// `id` and `ev` are the arguments of a running CM event handler, and `'a` ends with the
+    /// call.
+    pub(crate) unsafe fn from_raw(
+        id: *mut bindings::rdma_cm_id,
+        ev: *mut bindings::rdma_cm_event,
+    ) -> Self {
+        // SAFETY: per the contract, both are valid for the call, and the CM changes neither
+        // the id's fields read here nor the event while its handler runs.
+        unsafe { Self { id: &*id, ev: &*ev } }
+    }
+
+    /// The context the id was created with; null once detached (see [`CmId::detach`]).
+    pub(crate) fn context(&self) -> *mut c_void {
+        self.id.context
+    }
+
+    pub(crate) fn event(&self) -> bindings::rdma_cm_event_type {
+        self.ev.event
+    }
+
+    pub(crate) fn status(&self) -> i32 {
+        self.ev.status
+    }
+
+    fn ptrs(&self) -> (*mut bindings::rdma_cm_id, *mut bindings::rdma_cm_event) {
+        (self.id as *const _ as *mut _, self.ev as *const _ as *mut _)
+    }
+
+    /// The CM's reason for a rejection (`rdma_reject_msg`).
+    pub(crate) fn reject_msg(&self) -> &'static CStr {
+        let (id, _) = self.ptrs();
+        // SAFETY: a valid id; the CM returns a static string for any status.
+        unsafe { CStr::from_char_ptr(bindings::rdma_reject_msg(id, self.status())) }
+    }
+
+    /// The private data the peer's consumer put in a rejection, if any
+    /// (`rdma_consumer_reject_data`).
+    pub(crate) fn reject_data(&self) -> Option<&'a [u8]> {
+        let (id, ev) = self.ptrs();
+        let mut len = 0u8;
+        // SAFETY: a valid id and event; the call only reads them.
+        let data = unsafe { bindings::rdma_consumer_reject_data(id, ev, &mut len) };
+        // SAFETY: the CM hands out `len` bytes of private data, valid as long as the event.
+        (!data.is_null())
+            .then(|| unsafe { core::slice::from_raw_parts(data.cast::<u8>(), len.into()) })
+    }
+
+    /// The device the id is bound to, if it is.
+    pub(crate) fn device(&self) -> Option<Device> {
+        // SAFETY: `device` is set once the id is bound, and the device's removal waits for
+        // this handler.
+        unsafe { Device::from_raw(self.id.device) }
+    }
+}
+
 impl Drop for CmId {
     fn drop(&mut self) {
         self.destroy_qp();
