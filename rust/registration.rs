@@ -12,7 +12,7 @@ use crate::nvme::Options;
 use crate::rdma::{CmId, Device, EventWatch};
 use crate::stats::DebugDir;
 use crate::work::Wq;
-use core::ptr::addr_of_mut;
+use core::ptr::{addr_of_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::c_str;
 use kernel::error::to_result;
@@ -122,6 +122,38 @@ struct CtrlRef(*const RdmaCtrl);
 // under the registry lock or with a reference taken under it.
 unsafe impl Send for CtrlRef {}
 
+/// A reference to a listed controller, taken under the registry lock (`get_all`); dropping it
+/// puts the reference, which may free the controller.
+struct CtrlHold(NonNull<RdmaCtrl>);
+
+impl core::ops::Deref for CtrlHold {
+    type Target = RdmaCtrl;
+
+    fn deref(&self) -> &RdmaCtrl {
+        // SAFETY: the reference this holds keeps the controller alive.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Drop for CtrlHold {
+    fn drop(&mut self) {
+        // Not under the registry lock: the last put frees the controller, which takes it.
+        self.nvme().put();
+    }
+}
+
+/// Removes element `i` of `v` and returns it, moving the last element into its place.
+fn swap_remove<T>(v: &mut KVec<T>, i: usize) -> T {
+    let last = v.len() - 1;
+    v.swap(i, last);
+    // SAFETY: the last element is read out as the length drops below it, so it is owned
+    // exactly once, by the caller.
+    unsafe {
+        v.set_len(last);
+        core::ptr::read(v.as_ptr().add(last))
+    }
+}
+
 /// The transport's list of controllers, the controller operations handed to the core, the
 /// RDMA devices it watches for port events, and the CM ids parked while their port is down.
 #[pin_data]
@@ -194,7 +226,7 @@ impl Registry {
     }
 
     /// Takes a reference to every listed controller (skipping those being freed).
-    fn get_all(&self) -> KVec<CtrlRef> {
+    fn get_all(&self) -> KVec<CtrlHold> {
         let ctrls = self.ctrls.lock();
         // Room first: a reference taken and then dropped under the lock could be the last
         // one, and freeing the controller takes the lock (`unlist`).
@@ -209,9 +241,10 @@ impl Registry {
         for c in ctrls.iter() {
             // SAFETY: listed controllers are alive until `unlist`, which needs the lock.
             let ctrl = unsafe { &*c.0 };
-            // Within the capacity reserved above: `push` does not allocate, nor fail.
-            if ctrl.nvme().tryget() && out.push(*c, GFP_KERNEL).is_err() {
-                break;
+            if ctrl.nvme().tryget() {
+                // Within the capacity reserved above: `push` does not allocate, nor fail
+                // (which would drop the reference under the lock).
+                let _ = out.push(CtrlHold(NonNull::from(ctrl)), GFP_KERNEL);
             }
         }
         out
@@ -225,11 +258,8 @@ impl Registry {
     pub(crate) fn delete_all(&self) {
         let mut logged = false;
         loop {
-            for c in self.get_all() {
-                // SAFETY: referenced by `get_all`.
-                let ctrl = unsafe { &*c.0 };
+            for ctrl in self.get_all() {
                 ctrl.nvme().delete();
-                ctrl.nvme().put();
             }
             Wq::Delete.flush();
             let mut alive = self.alive.lock();
@@ -262,15 +292,7 @@ impl Registry {
         let mut i = 0;
         while i < parked.len() {
             if release(&parked[i]) {
-                let last = parked.len() - 1;
-                parked.swap(i, last);
-                // SAFETY: the last element is read out (and dropped) right away, so it is
-                // owned exactly once.
-                let id = unsafe {
-                    parked.set_len(last);
-                    core::ptr::read(parked.as_ptr().add(last))
-                };
-                drop(id);
+                drop(swap_remove(&mut parked, i));
                 released += 1;
             } else {
                 i += 1;
@@ -338,10 +360,7 @@ pub(crate) fn unlist(ctrl: &RdmaCtrl) {
     if let Some(reg) = registry() {
         let mut ctrls = reg.ctrls.lock();
         if let Some(i) = ctrls.iter().position(|c| core::ptr::eq(c.0, ctrl)) {
-            let last = ctrls.len() - 1;
-            ctrls.swap(i, last);
-            // SAFETY: shrinking by one; `CtrlRef` is `Copy`, nothing to drop.
-            unsafe { ctrls.set_len(last) };
+            swap_remove(&mut ctrls, i);
         }
     }
 }
@@ -440,13 +459,10 @@ unsafe extern "C" fn device_add(dev: *mut bindings::ib_device) -> i32 {
         ),
     }
     // A controller waiting for its device tries again now rather than at its next attempt.
-    for c in reg.get_all() {
-        // SAFETY: referenced by `get_all`.
-        let ctrl = unsafe { &*c.0 };
+    for ctrl in reg.get_all() {
         // A device at the address of one that was removed is a new one.
         ctrl.unblock_device(dev);
         ctrl.kick_reconnect();
-        ctrl.nvme().put();
     }
     0
 }
@@ -473,20 +489,13 @@ unsafe extern "C" fn device_remove(
         {
             let mut watches = reg.watches.lock();
             if let Some(i) = watches.iter().position(|(d, _)| *d == dev) {
-                let last = watches.len() - 1;
-                watches.swap(i, last);
-                // SAFETY: moved out right away; the watch unregisters on drop.
-                let w = unsafe {
-                    watches.set_len(last);
-                    core::ptr::read(watches.as_ptr().add(last))
-                };
+                // The watch unregisters on drop, outside the lock.
+                let w = swap_remove(&mut watches, i);
                 drop(watches);
                 drop(w);
             }
         }
-        for c in reg.get_all() {
-            // SAFETY: referenced by `get_all`.
-            let ctrl = unsafe { &*c.0 };
+        for ctrl in reg.get_all() {
             // A controller that is recovering or connecting may have released its device
             // already and be about to pick one.
             let state = ctrl.nvme().state();
@@ -499,7 +508,6 @@ unsafe extern "C" fn device_remove(
                 users += 1;
                 ctrl.device_removed(dev);
             }
-            ctrl.nvme().put();
         }
         reg.release_parked(|id| id.device() == Some(dev));
     }
@@ -539,11 +547,8 @@ unsafe extern "C" fn port_event(h: *mut bindings::ib_event_handler, ev: *mut bin
             log_info!(core::ptr::null(), "{} port {} active", dev.name(), port);
             let Some(reg) = registry() else { return };
             reg.release_parked(|id| id.port_active());
-            for c in reg.get_all() {
-                // SAFETY: referenced by `get_all`.
-                let ctrl = unsafe { &*c.0 };
+            for ctrl in reg.get_all() {
                 ctrl.kick_reconnect();
-                ctrl.nvme().put();
             }
         }
         bindings::ib_event_type_IB_EVENT_PORT_ERR => {
@@ -551,13 +556,10 @@ unsafe extern "C" fn port_event(h: *mut bindings::ib_event_handler, ev: *mut bin
             // Idle connections would notice only at the next keep-alive: recover now, so that
             // fast_io_fail_tmo and ctrl_loss_tmo count from the loss.
             let Some(reg) = registry() else { return };
-            for c in reg.get_all() {
-                // SAFETY: referenced by `get_all`.
-                let ctrl = unsafe { &*c.0 };
+            for ctrl in reg.get_all() {
                 if ctrl.uses_port(dev, port) {
                     ctrl.error_recovery(format_args!("{} port {} down", dev.name(), port));
                 }
-                ctrl.nvme().put();
             }
         }
         _ => {}
