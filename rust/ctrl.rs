@@ -11,7 +11,7 @@
 use crate::bindings;
 use crate::errno;
 use crate::glue::{dbg_event, log_err, log_info, log_warn};
-use crate::mq::{Request, ADMIN_MQ_OPS, IO_MQ_OPS, REQUEST_SIZE};
+use crate::mq::{Request, ADMIN_MQ_OPS, IO_MQ_OPS};
 use crate::nvme::{status_result, Ctrl, Failure, Options, State};
 use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
@@ -20,7 +20,7 @@ use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
 use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
-use crate::request::{TagSet, Tags};
+use crate::request::{SetKind, TagSet, Tags};
 use crate::stats::{CtrlStats, DebugDir};
 use crate::sync::{Completion, ConnCell, IrqLock, RcuReadGuard};
 use crate::work::{DelayedWork, Work, Wq};
@@ -220,22 +220,19 @@ impl RdmaCtrl {
     /// requests of the hardware queues it drops. Their readers, a response received meanwhile
     /// (completion context) and the abort work's walk (`Queue::lost_while_connecting`), find
     /// the tag set not ready and do not look, and a reader that began before is waited for
-    /// (`TagSet::change`). With every I/O request frozen, no command is in flight on the I/O
+    /// (`TagSet::update_nr_hw_queues`). With every I/O request frozen, no command is in flight on the I/O
     /// queues: any such response is a stray one, and the walk has nothing to abort. Only the
     /// reconnect work calls this, so two changes never overlap.
     fn update_hw_queues(&self, count: u32) {
-        self.tag_set
-            .change(|| self.nvme().update_nr_hw_queues(count));
+        self.tag_set.update_nr_hw_queues(count);
     }
 
     /// Removes the admin or the I/O tag set, after waiting for its readers (see `TagSet`).
     fn remove_tag_set(&self, io: bool) {
         if io {
-            self.tag_set.retire();
-            self.nvme().remove_io_tag_set();
+            self.tag_set.remove();
         } else {
-            self.admin_tag_set.retire();
-            self.nvme().remove_admin_tag_set();
+            self.admin_tag_set.remove();
         }
     }
 
@@ -454,8 +451,11 @@ impl RdmaCtrl {
                     (*n).sqsize = (io_depth - 1) as u16;
                     (*n).kato = opts.kato();
                 }),
-                admin_tag_set <- TagSet::new(),
-                tag_set <- TagSet::new(),
+                admin_tag_set <- TagSet::new(SetKind::Admin),
+                // Default and read maps, and the poll map if there are poll queues.
+                tag_set <- TagSet::new(SetKind::Io {
+                    nr_maps: if opts.nr_poll_queues() > 0 { HCTX_MAX_TYPES as u32 } else { 2 },
+                }),
                 // SAFETY: the work functions reach only the controller, which cancels or
                 // flushes its items before it is freed (`stop_ctrl`, `delete_ctrl`).
                 err_work <- unsafe { Work::new(error_recovery_work,
@@ -642,7 +642,6 @@ impl RdmaCtrl {
 
     fn configure_admin(&self, new: bool) -> Result<(), Failure> {
         let mut n = self.nvme();
-        let nptr = n.as_ptr();
         let admin = self.queue(0);
         if let Err(e) = admin.connect(ADMIN_DEPTH) {
             self.release_conn();
@@ -654,13 +653,8 @@ impl RdmaCtrl {
                 n.set_numa_node(dev.numa_node());
             }
             if new {
-                // SAFETY: the core allocates our admin tag set, with our static ops and PDU
-                // (`REQUEST_SIZE` bytes, a `Request`), for our controller.
-                status_result(unsafe {
-                    self.admin_tag_set.alloc(|set| {
-                        bindings::nvme_alloc_admin_tag_set(nptr, set, &ADMIN_MQ_OPS, REQUEST_SIZE)
-                    })
-                })?;
+                // SAFETY: the admin ops initialize each request's PDU, a `Request`.
+                status_result(unsafe { self.admin_tag_set.alloc(n, &ADMIN_MQ_OPS) })?;
             }
             Ok(())
         })();
@@ -846,18 +840,8 @@ impl RdmaCtrl {
         }
 
         if new {
-            let nr_maps = if opts.nr_poll_queues() > 0 {
-                HCTX_MAX_TYPES as u32
-            } else {
-                2
-            };
-            // SAFETY: the core allocates our I/O tag set, with our static ops and PDU
-            // (`REQUEST_SIZE` bytes, a `Request`), for our controller.
-            if let Err(e) = status_result(unsafe {
-                self.tag_set.alloc(|set| {
-                    bindings::nvme_alloc_io_tag_set(nptr, set, &IO_MQ_OPS, nr_maps, REQUEST_SIZE)
-                })
-            }) {
+            // SAFETY: the I/O ops initialize each request's PDU, a `Request`.
+            if let Err(e) = status_result(unsafe { self.tag_set.alloc(n, &IO_MQ_OPS) }) {
                 self.free_io_queues();
                 return Err(e);
             }

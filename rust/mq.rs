@@ -24,7 +24,7 @@ use crate::proto::sgl::{InlineSgl, KeyedSgl};
 use crate::proto::spread::Owner;
 use crate::queue::{Conn, Queue};
 use crate::request::{
-    BlkStatus, Hctx, Owned, Pdu, Rq, BLK_STS_IOERR, BLK_STS_OK, BLK_STS_RESOURCE,
+    BlkStatus, Hctx, OwnedRq, Pdu, Rq, TimedOutRq, BLK_STS_IOERR, BLK_STS_OK, BLK_STS_RESOURCE,
 };
 use crate::sync::RcuReadGuard;
 use core::mem::offset_of;
@@ -57,12 +57,10 @@ pub(crate) struct Request {
 
 const _: () = assert!(offset_of!(Request, nreq) == 0);
 
-// SAFETY: a `Request` is only initialized in place, by `init_request`, in the PDU of a request
-// of a tag set allocated with `REQUEST_SIZE` (see `RdmaCtrl`); it starts with `nvme_request`.
+// SAFETY: nothing in this module (its fields are private to it) builds a `Request` but
+// `init_request`, in place, in the PDU of each request of the controller's tag sets, which
+// `TagSet` allocates with PDUs of this type; it starts with `nvme_request`.
 unsafe impl Pdu for Request {}
-
-/// Size of the PDU the tag sets are allocated with.
-pub(crate) const REQUEST_SIZE: u32 = core::mem::size_of::<Request>() as u32;
 
 impl Request {
     fn queue(&self) -> &Queue {
@@ -121,7 +119,7 @@ fn end_request(req: &Request) {
             let status = req.status.load(Ordering::Relaxed);
             let result = req.result.load(Ordering::Relaxed);
             // SAFETY: the request's last completion just arrived: it is ours to end.
-            let rq = unsafe { Owned::assume(Rq::of(req)) };
+            let rq = unsafe { OwnedRq::assume(Rq::of(req)) };
             if let Some(rq) = rq.try_complete(status, result) {
                 // Not sent to the submitting CPU: ended here.
                 complete(rq);
@@ -217,7 +215,7 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
 }
 
 /// Copies the data of `rq` into (`to_pool`) or out of its pool slice.
-fn copy_data(pool: &Pool, rq: &Owned<'_, Request>, slice: Slice, to_pool: bool) {
+fn copy_data(pool: &Pool, rq: &OwnedRq<'_, Request>, slice: Slice, to_pool: bool) {
     let (mut offset, mut left) = (slice.offset, slice.len);
     rq.for_each_segment(|va, len| {
         let n = len.min(left);
@@ -236,13 +234,60 @@ fn copy_data(pool: &Pool, rq: &Owned<'_, Request>, slice: Slice, to_pool: bool) 
     });
 }
 
+/// What `submit` did: sent the command, moving this many data bytes, written or not; or failed,
+/// without sending it, and gives the request back.
+type Submitted<'a> = core::result::Result<(u32, bool), (OwnedRq<'a, Request>, Error)>;
+
 /// Maps the data of a request into the pool and sends its command; returns the number of data
-/// bytes and whether they are written (once sent, the request may complete at any moment).
-fn submit(queue: &Queue, conn: &Conn, rq: &Owned<'_, Request>) -> Result<(u32, bool)> {
+/// bytes and whether they are written. Once the command is sent, the response may end the
+/// request at any moment: the handle is given up. On failure, nothing was sent and the
+/// request comes back.
+fn submit<'a>(queue: &Queue, conn: &Conn, rq: OwnedRq<'a, Request>) -> Submitted<'a> {
+    let (len, is_write) = (rq.data_len(), rq.is_write());
+    let (mut sqe, inline) = match map_command(queue, &rq, len, is_write) {
+        Ok(c) => c,
+        Err(e) => return Err((rq, e)),
+    };
+    if len >= crate::glue::spread_bytes() && inline.is_none() {
+        if let Some(res) = spread(queue, rq.pdu(), &mut sqe) {
+            return match res {
+                Ok(()) => Ok((len, is_write)),
+                Err(e) => Err((rq, e)),
+            };
+        }
+    }
+    // The core's tags keep this queue's commands within its depth, unless commands of other
+    // queues took credits here: then blk-mq retries when I/O completes.
+    let qid = queue.qid();
+    if qid != 0 && !queue.take_credit(u32::MAX) {
+        return Err((rq, ENOMEM));
+    }
+    // SAFETY: ring entry `tag` (checked by `map_command`) belongs to this request while it
+    // is in flight; `inline` names registered pool memory.
+    match unsafe { queue.post_command(conn, &sqe, Some(rq.tag() as usize), inline) } {
+        Ok(()) => Ok((len, is_write)),
+        Err(e) => {
+            if qid != 0 {
+                queue.return_credit();
+            }
+            Err((rq, e))
+        }
+    }
+}
+
+/// Prepares the command of a request to be sent: gives its data a pool slice (copying a
+/// write's data in) and the command its SGL descriptor. Returns the command and the
+/// in-capsule data, if any.
+fn map_command(
+    queue: &Queue,
+    rq: &OwnedRq<'_, Request>,
+    len: u32,
+    is_write: bool,
+) -> Result<([u8; SQE_SIZE], Option<bindings::ib_sge>)> {
     let ctrl = queue.ctrl();
     let qid = queue.qid();
     let req = rq.pdu();
-    let (tag, len, is_write) = (rq.tag(), rq.data_len(), rq.is_write());
+    let tag = rq.tag();
     let mut sqe = req.sqe();
 
     req.refs.store(1, Ordering::Relaxed);
@@ -313,23 +358,7 @@ fn submit(queue: &Queue, conn: &Conn, rq: &Owned<'_, Request>) -> Result<(u32, b
     if tag as usize >= queue.ring_depth() as usize {
         return Err(EINVAL);
     }
-    if len >= crate::glue::spread_bytes() && inline.is_none() {
-        if let Some(res) = spread(queue, req, &mut sqe) {
-            return res.map(|()| (len, is_write));
-        }
-    }
-    // The core's tags keep this queue's commands within its depth, unless commands of other
-    // queues took credits here: then blk-mq retries when I/O completes.
-    if qid != 0 && !queue.take_credit(u32::MAX) {
-        return Err(ENOMEM);
-    }
-    // SAFETY: ring entry `tag` belongs to this request while it is in flight; `inline` names
-    // registered pool memory.
-    let res = unsafe { queue.post_command(conn, &sqe, Some(tag as usize), inline) };
-    if res.is_err() && qid != 0 {
-        queue.return_credit();
-    }
-    res.map(|()| (len, is_write))
+    Ok((sqe, inline))
 }
 
 /// Sends a large transfer's command on the controller's next I/O queue in turn, when that is
@@ -385,7 +414,7 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE]) -> Option<Resu
 }
 
 /// Releases a request's data slice, copying read data out first when the command succeeded.
-fn unmap_data(ctrl: &RdmaCtrl, qid: u16, rq: &Owned<'_, Request>, copy_out: bool) {
+fn unmap_data(ctrl: &RdmaCtrl, qid: u16, rq: &OwnedRq<'_, Request>, copy_out: bool) {
     let Some(data) = rq.pdu().take_data() else {
         return;
     };
@@ -414,7 +443,7 @@ unsafe extern "C" fn queue_rq(
     let (hctx, rq) = unsafe {
         (
             Hctx::<Queue>::from_raw(hctx),
-            Owned::<Request>::from_raw((*bd).rq),
+            OwnedRq::<Request>::from_raw((*bd).rq),
         )
     };
     let queue = hctx.data();
@@ -433,7 +462,7 @@ unsafe extern "C" fn queue_rq(
         Some(conn) if queue.connected() || nvme.state() == State::Live => conn,
         _ => return rq.host_path_error(),
     };
-    let ret = rq.setup_cmd(hctx.ns());
+    let ret = rq.setup_cmd();
     if ret != BLK_STS_OK {
         return ret;
     }
@@ -442,12 +471,12 @@ unsafe extern "C" fn queue_rq(
     rq.pdu().sent_on.store(queue.qid(), Ordering::Relaxed);
     rq.start();
 
-    match submit(queue, conn, &rq) {
+    match submit(queue, conn, rq) {
         Ok((len, write)) => {
             queue.stats().sent(len, write);
             BLK_STS_OK
         }
-        Err(e) => {
+        Err((rq, e)) => {
             unmap_data(ctrl, queue.qid(), &rq, false);
             if e == EAGAIN || e == ENOMEM {
                 // The large area or the send queue is full: blk-mq retries when I/O
@@ -473,7 +502,7 @@ unsafe extern "C" fn queue_rq(
 }
 
 /// Completes a request: copies read data out of the pool, frees its slice, ends it.
-fn complete(rq: Owned<'_, Request>) {
+fn complete(rq: OwnedRq<'_, Request>) {
     let queue = rq.pdu().queue();
     let ok = rq.nvme_status() == 0;
     unmap_data(queue.ctrl(), queue.qid(), &rq, ok && !rq.is_write());
@@ -488,7 +517,7 @@ fn complete(rq: Owned<'_, Request>) {
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
     // SAFETY: blk-mq hands us a request of our tag set to complete.
-    complete(unsafe { Owned::from_raw(rq) });
+    complete(unsafe { OwnedRq::from_raw(rq) });
 }
 
 /// `blk_mq_ops::timeout`.
@@ -497,8 +526,8 @@ unsafe extern "C" fn complete_rq(rq: *mut bindings::request) {
 ///
 /// Called by the kernel with the arguments its API documents for this callback.
 unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_timer_return {
-    // SAFETY: blk-mq hands us a started request of our tag set for the call.
-    let rq = unsafe { Owned::<Request>::from_raw(rq) };
+    // SAFETY: blk-mq's timeout handler holds a started request of our tag set for the call.
+    let rq = unsafe { TimedOutRq::<Request>::from_raw(rq) };
     let req = rq.pdu();
     let queue = req.queue();
     let ctrl = queue.ctrl();
@@ -532,7 +561,7 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
         if let Some(q) = sent_on {
             q.stop();
         }
-        rq.complete_timed_out();
+        rq.complete();
         return bindings::blk_eh_timer_return_BLK_EH_DONE;
     }
     ctrl.error_recovery(format_args!("command timeout on queue {}", queue.qid()));
@@ -640,7 +669,7 @@ unsafe extern "C" fn init_request(
     _node: u32,
 ) -> i32 {
     // SAFETY: blk-mq initializes a request of a tag set whose driver data is our controller;
-    // the PDU is REQUEST_SIZE zeroed bytes that nothing else uses yet.
+    // the PDU is `size_of::<Request>()` zeroed bytes that nothing else uses yet.
     unsafe {
         let ctrl = ctrl_of((*set).driver_data);
         let qid = if set == ctrl.io_tag_set().as_ptr() {

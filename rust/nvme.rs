@@ -205,10 +205,6 @@ impl Ctrl {
         unsafe { (*self.raw_mut()).nr_reconnects = n };
     }
 
-    pub(crate) fn tagset(&self) -> *mut bindings::blk_mq_tag_set {
-        ctrl_field!(self, tagset)
-    }
-
     pub(crate) fn admin_q(&self) -> *mut bindings::request_queue {
         ctrl_field!(self, admin_q)
     }
@@ -276,8 +272,6 @@ core_calls! {
     start => nvme_start_ctrl;
     stop => nvme_stop_ctrl;
     uninit => nvme_uninit_ctrl;
-    remove_admin_tag_set => nvme_remove_admin_tag_set;
-    remove_io_tag_set => nvme_remove_io_tag_set;
     auth_stop => rsrdma_nvme_auth_stop;
     /// Drops a reference taken with [`Ctrl::tryget`] or the creation reference.
     put => rsrdma_nvme_put_ctrl;
@@ -330,11 +324,6 @@ impl Ctrl {
         let jiffies = kernel::time::msecs_to_jiffies(timeout_ms);
         // SAFETY: alive.
         unsafe { bindings::nvme_wait_freeze_timeout(self.as_ptr(), jiffies as isize) > 0 }
-    }
-
-    pub(crate) fn update_nr_hw_queues(&self, nr: u32) {
-        // SAFETY: alive, with a frozen I/O tag set (callers freeze first, as the C transport).
-        unsafe { bindings::blk_mq_update_nr_hw_queues(self.tagset(), nr as i32) };
     }
 
     pub(crate) fn sync_admin_queue(&self) {

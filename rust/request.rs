@@ -1,22 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Requests of the transport's tag sets and their hardware contexts, as blk-mq and the NVMe
-//! core hand them to the transport's `blk_mq_ops`.
+//! Requests of the transport's tag sets, their hardware contexts and the tag sets themselves,
+//! as blk-mq and the NVMe core hand them to the transport.
 //!
-//! The NVMe core allocates the tag sets, so the transport supplies raw callbacks that get raw
+//! The kernel crate's `block::mq` owns its tag sets; here the NVMe core allocates them
+//! (`nvme_alloc_*_tag_set`) and the transport only supplies raw `blk_mq_ops`, which get raw
 //! pointers. Each callback turns its pointer into a handle once; that is the one unsafe step,
 //! and its contract is the callback's own. From there the transport works through safe
 //! methods:
-//! - [`Rq`]: a live request of a tag set of ours; gives its PDU.
-//! - [`Owned`]: a request the transport owns in blk-mq's sense, from `queue_rq` (or a
-//!   completion the transport counted as the last) to the call that hands it back. It reads the
-//!   request's state, and the calls that end the request consume it, so each runs once.
+//! - [`Rq`]: a request of a tag set of ours, found by its PDU or by a response's command
+//!   identifier; gives the PDU and nothing else.
+//! - [`OwnedRq`]: a request the transport owns in blk-mq's sense, from `queue_rq` (or the
+//!   response that is its last completion) until it ends it or sends its command. It reads the
+//!   request's state; the calls that end the request consume it, so each runs once, and
+//!   dropping it after the command went out leaves the request to the response.
+//! - [`TimedOutRq`]: a request in blk-mq's timeout handler, which a response may be ending
+//!   meanwhile: only the core's guarded completion is offered.
+//! - [`BusyRq`]: a started request a tag-set walk holds for the call.
 //! - [`Hctx`]: a hardware context whose driver data the transport set in `init_hctx`.
-//! - [`TagSet`]: a tag set the NVMe core allocates in the controller. Its tags may be read
-//!   from contexts that take no lock (a response looking its request up, a walk over the
-//!   requests in flight) while it [`TagSet::ready`]; removing it or changing its hardware
-//!   queues first waits for those readers.
-//! - [`Tags`]: the tags of one hardware queue, to look a response's command identifier up.
+//! - [`TagSet`]: a tag set embedded in the controller. It allocates, changes and removes the
+//!   set through the core, one at a time, and lets readers that take no lock (a response
+//!   looking its request up, a walk over the requests in flight) see it only while its tags
+//!   stay put: they read inside an RCU read-side section ([`TagSet::ready`]), and removing the
+//!   set or changing its hardware queues first closes it to them and waits for them.
+//! - [`Tags`]: the tags of one hardware queue, to look a command identifier up.
 
 use crate::bindings;
 use crate::nvme;
@@ -27,6 +34,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::ffi::c_void;
 use kernel::init::PinInit;
 use kernel::prelude::*;
+use kernel::sync::Mutex;
 use kernel::types::Opaque;
 
 /// A blk-mq status (`blk_status_t`).
@@ -39,10 +47,10 @@ pub(crate) const BLK_STS_IOERR: BlkStatus = 10;
 ///
 /// # Safety
 ///
-/// Values of the type exist only as PDUs: the tag sets whose requests carry one are allocated
-/// with a PDU of `size_of::<Self>()` bytes, initialize it in `init_request`, and no value is
-/// created anywhere else. It starts with the core's `struct nvme_request`, as `nvme_req(rq)`
-/// requires.
+/// Values of the type exist only as PDUs: the type has no constructor outside its own
+/// `init_request`, which initializes it in place in the PDU of each request of tag sets
+/// allocated for it (see [`TagSet::alloc`]). It starts with the core's `struct nvme_request`,
+/// as `nvme_req(rq)` requires.
 pub(crate) unsafe trait Pdu {}
 
 /// A request of a tag set whose PDU is a `T`, allocated for `'a`.
@@ -64,7 +72,7 @@ impl<'a, T: Pdu> Rq<'a, T> {
     ///
     /// `ptr` is a request of a tag set whose PDU is an initialized `T` (see [`Pdu`]), and the
     /// request stays allocated for `'a`.
-    pub(crate) unsafe fn from_raw(ptr: *mut bindings::request) -> Self {
+    unsafe fn from_raw(ptr: *mut bindings::request) -> Self {
         Self {
             // SAFETY: a request, per the contract, is not null.
             ptr: unsafe { NonNull::new_unchecked(ptr) },
@@ -86,25 +94,17 @@ impl<'a, T: Pdu> Rq<'a, T> {
         // shared (its mutable state is the implementor's, behind atomics or `Opaque`).
         unsafe { &*(bindings::rsrdma_rq_pdu(self.ptr.as_ptr()) as *const T) }
     }
-
-    /// Has blk-mq run the timeout handler now for the request, if it is in flight
-    /// (`blk_abort_request`).
-    pub(crate) fn abort(self) {
-        // SAFETY: an allocated request (per `from_raw`); the call only moves its deadline and
-        // kicks the timeout work, which handles started requests only.
-        unsafe { bindings::blk_abort_request(self.ptr.as_ptr()) }
-    }
 }
 
 /// A request the transport owns in blk-mq's sense (see the module's documentation).
-pub(crate) struct Owned<'a, T: Pdu>(Rq<'a, T>);
+#[must_use = "a request must be ended, handed back, or sent"]
+pub(crate) struct OwnedRq<'a, T: Pdu>(Rq<'a, T>);
 
-impl<'a, T: Pdu> Owned<'a, T> {
+impl<'a, T: Pdu> OwnedRq<'a, T> {
     /// # Safety
     ///
-    /// As for [`Rq::from_raw`]; and the caller owns the request until it ends or hands it back
-    /// through one of the methods that consume the handle: `queue_rq`, `complete` and
-    /// `timeout` own the request they are given for the call.
+    /// As for [`Rq`]'s handles; and the caller owns the request: blk-mq gave it to `queue_rq`
+    /// or to `complete`, and nothing else ends it until the handle is consumed or dropped.
     pub(crate) unsafe fn from_raw(ptr: *mut bindings::request) -> Self {
         // SAFETY: per the contract.
         Self(unsafe { Rq::from_raw(ptr) })
@@ -112,7 +112,8 @@ impl<'a, T: Pdu> Owned<'a, T> {
 
     /// # Safety
     ///
-    /// The caller owns `rq` (it holds the request's last completion, for one).
+    /// The caller owns `rq`: it counted the request's last completion, say, after blk-mq
+    /// started it and the command went out.
     pub(crate) unsafe fn assume(rq: Rq<'a, T>) -> Self {
         Self(rq)
     }
@@ -128,14 +129,15 @@ impl<'a, T: Pdu> Owned<'a, T> {
 
     /// The request's tag.
     pub(crate) fn tag(&self) -> u32 {
-        // SAFETY: an owned request: its tag is assigned and does not change while it is ours.
+        // SAFETY: an owned request: blk-mq assigned its tag and does not change it while the
+        // request is ours.
         unsafe { (*self.ptr()).tag as u32 }
     }
 
     /// The bytes of data the command moves: 0 for commands without data pages (flush, write
     /// zeroes), even when the request has a size.
     pub(crate) fn data_len(&self) -> u32 {
-        // SAFETY: an owned request; its bios do not change while it is ours.
+        // SAFETY: an owned request: its bios do not change while it is ours.
         unsafe {
             if bindings::rsrdma_rq_nr_phys_segments(self.ptr()) == 0 {
                 0
@@ -147,14 +149,8 @@ impl<'a, T: Pdu> Owned<'a, T> {
 
     /// Whether the request moves data to the device.
     pub(crate) fn is_write(&self) -> bool {
-        // SAFETY: an owned request.
+        // SAFETY: an owned request: its operation does not change while it is ours.
         unsafe { bindings::rsrdma_rq_is_write(self.ptr()) }
-    }
-
-    /// The command identifier the core gave the request's command (`nvme_cid`).
-    pub(crate) fn command_id(&self) -> u16 {
-        // SAFETY: an owned request.
-        unsafe { bindings::rsrdma_nvme_cid(self.ptr()) }
     }
 
     /// The NVMe status the core recorded for the request (`nvme_req(rq)->status`).
@@ -196,14 +192,18 @@ impl<'a, T: Pdu> Owned<'a, T> {
     /// Hands a request the controller cannot take now back to the core, which fails or
     /// requeues it (`nvme_fail_nonready_command`).
     pub(crate) fn fail_nonready(self, ctrl: nvme::Ctrl) -> BlkStatus {
-        // SAFETY: as in `check_ready`; the handle is consumed.
+        // SAFETY: a live controller and an owned request, which the handle gives up.
         unsafe { bindings::nvme_fail_nonready_command(ctrl.as_ptr(), self.ptr()) }
     }
 
-    /// Builds the request's command in its PDU (`nvme_setup_cmd`).
-    pub(crate) fn setup_cmd(&self, ns: Ns) -> BlkStatus {
-        // SAFETY: an owned request not yet started; `ns` is its queue's namespace.
-        unsafe { bindings::nvme_setup_cmd(ns.0, self.ptr()) }
+    /// Builds the request's command in its PDU (`nvme_setup_cmd`), for the namespace of its
+    /// request queue (none for the admin and connect queues).
+    pub(crate) fn setup_cmd(&self) -> BlkStatus {
+        // SAFETY: an owned request: its request queue is live, and the core set the queue's
+        // `queuedata` to its namespace, or left it null, before any request.
+        let ns = unsafe { (*(*self.ptr()).q).queuedata as *mut bindings::nvme_ns };
+        // SAFETY: an owned request not yet started, with its queue's namespace.
+        unsafe { bindings::nvme_setup_cmd(ns, self.ptr()) }
     }
 
     /// Undoes `setup_cmd` for a request handed back to blk-mq unsent (`nvme_cleanup_cmd`).
@@ -214,14 +214,14 @@ impl<'a, T: Pdu> Owned<'a, T> {
 
     /// Starts the request's timer (`nvme_start_request`).
     pub(crate) fn start(&self) {
-        // SAFETY: an owned request, not started yet.
+        // SAFETY: an owned request.
         unsafe { bindings::rsrdma_nvme_start_request(self.ptr()) }
     }
 
     /// Completes the request with a host path error, for the core to retry or fail over
     /// (`nvme_host_path_error`).
     pub(crate) fn host_path_error(self) -> BlkStatus {
-        // SAFETY: an owned request; the handle is consumed.
+        // SAFETY: an owned request, which the handle gives up.
         unsafe { bindings::nvme_host_path_error(self.ptr()) }
     }
 
@@ -236,21 +236,74 @@ impl<'a, T: Pdu> Owned<'a, T> {
 
     /// Ends the request (`nvme_complete_rq`).
     pub(crate) fn complete(self) {
-        // SAFETY: an owned request; the handle is consumed.
+        // SAFETY: an owned request, which the handle gives up.
         unsafe { bindings::nvme_complete_rq(self.ptr()) }
     }
+}
 
-    /// Ends a request whose timeout handler gives it up (`nvmf_complete_timed_out_request`).
-    pub(crate) fn complete_timed_out(self) {
-        // SAFETY: an owned request; the handle is consumed.
+/// A request in blk-mq's timeout handler. The handler holds a reference to it for the call,
+/// but a response may end it meanwhile: the only way to end it is the core's completion,
+/// which checks that it has not ended.
+pub(crate) struct TimedOutRq<'a, T: Pdu>(Rq<'a, T>);
+
+impl<'a, T: Pdu> TimedOutRq<'a, T> {
+    /// # Safety
+    ///
+    /// As for [`Rq`]'s handles; `ptr` is the request `blk_mq_ops::timeout` was given, and the
+    /// handle does not outlive the call.
+    pub(crate) unsafe fn from_raw(ptr: *mut bindings::request) -> Self {
+        // SAFETY: per the contract.
+        Self(unsafe { Rq::from_raw(ptr) })
+    }
+
+    fn ptr(&self) -> *mut bindings::request {
+        self.0.ptr.as_ptr()
+    }
+
+    /// The request's PDU.
+    pub(crate) fn pdu(&self) -> &'a T {
+        self.0.pdu()
+    }
+
+    /// The request's tag.
+    pub(crate) fn tag(&self) -> u32 {
+        // SAFETY: a started request, held by the timeout handler: its tag stays.
+        unsafe { (*self.ptr()).tag as u32 }
+    }
+
+    /// The command identifier the core gave the request's command (`nvme_cid`).
+    pub(crate) fn command_id(&self) -> u16 {
+        // SAFETY: as above; the identifier's generation changes only when a response is
+        // recorded, and a stale one only makes the log line name the previous generation.
+        unsafe { bindings::rsrdma_nvme_cid(self.ptr()) }
+    }
+
+    /// Ends the request as timed out, unless it already ended
+    /// (`nvmf_complete_timed_out_request`).
+    pub(crate) fn complete(self) {
+        // SAFETY: a started request, held by the timeout handler; the core completes it only
+        // if it has not completed.
         unsafe { bindings::rsrdma_nvmf_complete_timed_out_request(self.ptr()) }
     }
 }
 
-/// The namespace of a hardware context's request queue, or none for the admin queues; what
-/// [`Owned::setup_cmd`] needs.
-#[derive(Clone, Copy)]
-pub(crate) struct Ns(*mut bindings::nvme_ns);
+/// A started request of a set being walked, held by the walk for the call (see
+/// [`ReadySet::busy_iter`]).
+pub(crate) struct BusyRq<'a, T: Pdu>(Rq<'a, T>);
+
+impl<'a, T: Pdu> BusyRq<'a, T> {
+    /// The request's PDU.
+    pub(crate) fn pdu(&self) -> &'a T {
+        self.0.pdu()
+    }
+
+    /// Has blk-mq run the timeout handler now for the request (`blk_abort_request`).
+    pub(crate) fn abort(&self) {
+        // SAFETY: a started request, held by the walk; the call moves its deadline and kicks
+        // its queue's timeout work.
+        unsafe { bindings::blk_abort_request(self.0.ptr.as_ptr()) }
+    }
+}
 
 /// A hardware context whose driver data is a `D`, live for `'a`.
 pub(crate) struct Hctx<'a, D> {
@@ -286,66 +339,44 @@ impl<'a, D> Hctx<'a, D> {
         // SAFETY: set by `init` to a `D` that outlives `'a` (see `from_raw`).
         unsafe { &*((*self.ptr.as_ptr()).driver_data as *const D) }
     }
-
-    /// The namespace of the context's request queue (`queuedata`).
-    pub(crate) fn ns(&self) -> Ns {
-        // SAFETY: a live context's request queue is live; the NVMe core sets its `queuedata`
-        // to the namespace (I/O queues) or leaves it null (admin queues) before any request.
-        Ns(unsafe { (*(*self.ptr.as_ptr()).queue).queuedata as *mut bindings::nvme_ns })
-    }
 }
 
-/// The tags of one hardware queue of a tag set whose PDU is a `T`, valid for `'a`.
-pub(crate) struct Tags<'a, T: Pdu> {
-    ptr: NonNull<bindings::blk_mq_tags>,
-    _pdu: PhantomData<&'a T>,
+/// Which of the controller's two tag sets a [`TagSet`] is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SetKind {
+    Admin,
+    /// The I/O set, with its number of queue maps (default, read, poll).
+    Io {
+        nr_maps: u32,
+    },
 }
 
-impl<'a, T: Pdu> Tags<'a, T> {
-    /// # Safety
-    ///
-    /// `ptr` is the tags of a hardware queue of a tag set whose PDU is a `T`, and they and
-    /// their requests stay allocated for `'a`.
-    pub(crate) unsafe fn from_raw(ptr: NonNull<bindings::blk_mq_tags>) -> Self {
-        Self {
-            ptr,
-            _pdu: PhantomData,
-        }
-    }
-
-    /// The request that command identifier `cid` names, if it is in use: the core checks the
-    /// tag's range and the identifier's generation (`nvme_find_rq`).
-    pub(crate) fn find(&self, cid: u16) -> Option<Rq<'a, T>> {
-        // SAFETY: allocated tags (see `from_raw`).
-        let rq = unsafe { bindings::rsrdma_nvme_find_rq(self.ptr.as_ptr(), cid) };
-        // SAFETY: a request of these tags, allocated as long as they are.
-        (!rq.is_null()).then(|| unsafe { Rq::from_raw(rq) })
-    }
-}
-
-/// A blk-mq tag set embedded in the controller, whose requests carry a `T`; the NVMe core
-/// allocates it (`nvme_alloc_*_tag_set`) and removes it (`nvme_remove_*_tag_set`).
-///
-/// Readers that take no lock find it through [`TagSet::ready`], inside an RCU read-side
-/// section: from its allocation until [`TagSet::retire`], except during [`TagSet::change`].
-/// Queues receive from the moment they are connected, before the set is allocated.
+/// A blk-mq tag set embedded in the controller, whose requests carry a `T` (see the module's
+/// documentation).
 #[pin_data]
 pub(crate) struct TagSet<T: Pdu> {
     #[pin]
     set: Opaque<bindings::blk_mq_tag_set>,
-    /// Set (Release) once the core allocated the set; cleared, and the readers waited for,
-    /// before it is removed or its tags are reallocated.
+    /// The controller the set is allocated for, while it is; held across allocation, change
+    /// and removal, which it serializes.
+    #[pin]
+    owner: Mutex<Option<nvme::Ctrl>>,
+    /// Set (Release) once the set is allocated; cleared, and the readers waited for, before it
+    /// is removed or its tags are reallocated.
     ready: AtomicBool,
+    kind: SetKind,
     _pdu: PhantomData<T>,
 }
 
 impl<T: Pdu> TagSet<T> {
     /// A zeroed set, not allocated, as the core's allocation expects it.
-    pub(crate) fn new() -> impl PinInit<Self> {
+    pub(crate) fn new(kind: SetKind) -> impl PinInit<Self> {
         pin_init!(Self {
             // SAFETY: zero is the state the core's allocation starts from.
             set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
+            owner <- kernel::new_mutex!(None),
             ready: AtomicBool::new(false),
+            kind,
             _pdu: PhantomData,
         })
     }
@@ -354,44 +385,79 @@ impl<T: Pdu> TagSet<T> {
         self.set.get()
     }
 
-    /// Allocates the set with `alloc` (which returns what the core's allocation returns),
-    /// and opens it to readers when that succeeds.
+    /// Allocates the set for `ctrl` (`nvme_alloc_admin_tag_set` or `nvme_alloc_io_tag_set`),
+    /// with PDUs of `T`, and opens it to readers. Returns what the core returns (an errno or
+    /// an NVMe status); `EBUSY` if the set is allocated already.
     ///
     /// # Safety
     ///
-    /// `alloc` allocates this set (at `as_ptr()`) through the NVMe core with a PDU of `T`,
-    /// and returns 0 only when it did.
-    pub(crate) unsafe fn alloc(
-        &self,
-        alloc: impl FnOnce(*mut bindings::blk_mq_tag_set) -> i32,
-    ) -> i32 {
-        let ret = alloc(self.as_ptr());
+    /// `ops` handle requests whose PDU is a `T`: their `init_request` initializes it.
+    pub(crate) unsafe fn alloc(&self, ctrl: nvme::Ctrl, ops: &'static bindings::blk_mq_ops) -> i32 {
+        let mut owner = self.owner.lock();
+        if owner.is_some() {
+            return EBUSY.to_errno();
+        }
+        let size = core::mem::size_of::<T>() as u32;
+        // SAFETY: a live controller, and this set, not allocated (the core's allocation
+        // zeroes it first); `ops` is static and handles PDUs of `size` bytes (per the
+        // contract).
+        let ret = unsafe {
+            match self.kind {
+                SetKind::Admin => {
+                    bindings::nvme_alloc_admin_tag_set(ctrl.as_ptr(), self.as_ptr(), ops, size)
+                }
+                SetKind::Io { nr_maps } => bindings::nvme_alloc_io_tag_set(
+                    ctrl.as_ptr(),
+                    self.as_ptr(),
+                    ops,
+                    nr_maps,
+                    size,
+                ),
+            }
+        };
         if ret == 0 {
+            *owner = Some(ctrl);
             self.ready.store(true, Ordering::Release);
         }
         ret
     }
 
-    /// Closes the set to readers and waits for those already reading, before the core removes
-    /// it. Sleeps.
-    pub(crate) fn retire(&self) {
+    /// Closes the set to readers, waits for those already reading, and removes it
+    /// (`nvme_remove_*_tag_set`), if it is allocated. Sleeps.
+    pub(crate) fn remove(&self) {
+        let mut owner = self.owner.lock();
+        let Some(ctrl) = owner.take() else {
+            return;
+        };
         self.ready.store(false, Ordering::Relaxed);
         sync::synchronize_rcu();
-    }
-
-    /// Runs `f`, which may reallocate the set's tags (`blk_mq_update_nr_hw_queues`), with the
-    /// set closed to readers. Sleeps.
-    pub(crate) fn change(&self, f: impl FnOnce()) {
-        let was_ready = self.ready.swap(false, Ordering::Relaxed);
-        sync::synchronize_rcu();
-        f();
-        if was_ready {
-            self.ready.store(true, Ordering::Release);
+        // SAFETY: the set was allocated for `ctrl`, which is alive while its sets are, and no
+        // reader is left in it.
+        unsafe {
+            match self.kind {
+                SetKind::Admin => bindings::nvme_remove_admin_tag_set(ctrl.as_ptr()),
+                SetKind::Io { .. } => bindings::nvme_remove_io_tag_set(ctrl.as_ptr()),
+            }
         }
     }
 
-    /// The set, if it is allocated and open to readers; it and its tags stay valid while
-    /// `_rcu` is held.
+    /// Sets the number of the set's hardware queues (`blk_mq_update_nr_hw_queues`), which
+    /// reallocates its tags, with the set closed to readers; nothing if it is not allocated.
+    /// Sleeps.
+    pub(crate) fn update_nr_hw_queues(&self, nr: u32) {
+        let owner = self.owner.lock();
+        if owner.is_none() {
+            return;
+        }
+        self.ready.store(false, Ordering::Relaxed);
+        sync::synchronize_rcu();
+        // SAFETY: an allocated set, with no reader in it; blk-mq freezes its queues itself.
+        unsafe { bindings::blk_mq_update_nr_hw_queues(self.as_ptr(), nr as i32) };
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// The set, if it is allocated and open to readers; its tags and the requests in flight
+    /// in them stay allocated while `_rcu` is held.
     pub(crate) fn ready<'a>(&'a self, _rcu: &'a RcuReadGuard) -> Option<ReadySet<'a, T>> {
         // Acquire: pairs with the Release that opened the set after its allocation.
         self.ready
@@ -413,7 +479,7 @@ pub(crate) struct ReadySet<'a, T: Pdu> {
 
 impl<'a, T: Pdu> ReadySet<'a, T> {
     pub(crate) fn nr_hw_queues(&self) -> u32 {
-        // SAFETY: an allocated set, not being changed (see `TagSet::change`).
+        // SAFETY: an allocated set, not being changed (see `TagSet::update_nr_hw_queues`).
         unsafe { (*self.set.as_ptr()).nr_hw_queues }
     }
 
@@ -423,31 +489,55 @@ impl<'a, T: Pdu> ReadySet<'a, T> {
             return None;
         }
         // SAFETY: an allocated set has one entry in `tags` per hardware queue, which stays
-        // allocated, as do its requests, while the set is ready.
+        // allocated while the set is ready.
         let tags = unsafe { *(*self.set.as_ptr()).tags.add(hctx as usize) };
-        // SAFETY: as above; the set's requests carry a `T`.
-        Some(unsafe { Tags::from_raw(NonNull::new(tags)?) })
+        Some(Tags {
+            ptr: NonNull::new(tags)?,
+            _pdu: PhantomData,
+        })
     }
 
-    /// Calls `f` for each started request of the set (`blk_mq_tagset_busy_iter`). The walk
-    /// holds each request for the call and takes the tags' lock: `f` must not sleep (nor can
-    /// it, inside the RCU read-side section the set is ready in).
-    pub(crate) fn busy_iter<F: FnMut(Rq<'_, T>)>(&self, mut f: F) {
+    /// Calls `f` for each started request of the set (`blk_mq_tagset_busy_iter`), which the
+    /// walk holds for the call. `f` runs inside the RCU read-side section the set is ready in:
+    /// it must not sleep (the kernel's atomic-sleep check reports it if it does).
+    pub(crate) fn busy_iter<F: FnMut(BusyRq<'_, T>)>(&self, mut f: F) {
         /// # Safety
         ///
-        /// `rq` is a started request of the walked set; `data` the closure `busy_iter`
-        /// passes.
-        unsafe extern "C" fn visit<T: Pdu, F: FnMut(Rq<'_, T>)>(
+        /// `rq` is a started request of the walked set, held by the walk; `data` the closure
+        /// `busy_iter` passes.
+        unsafe extern "C" fn visit<T: Pdu, F: FnMut(BusyRq<'_, T>)>(
             rq: *mut bindings::request,
             data: *mut c_void,
         ) -> bool {
-            // SAFETY: per the function's contract; the walk holds the request for the call.
-            unsafe { (*(data as *mut F))(Rq::from_raw(rq)) };
+            // SAFETY: per the function's contract; the set's PDU is a `T`.
+            unsafe { (*(data as *mut F))(BusyRq(Rq::from_raw(rq))) };
             true
         }
         let data = &mut f as *mut F as *mut c_void;
         // SAFETY: an allocated set whose tags are not reallocated or freed during the walk;
         // `data` is the closure `visit::<T, F>` expects, alive for the walk.
         unsafe { bindings::blk_mq_tagset_busy_iter(self.set.as_ptr(), Some(visit::<T, F>), data) };
+    }
+}
+
+/// The tags of one hardware queue of a ready tag set whose PDU is a `T` (see
+/// [`ReadySet::tags`]).
+pub(crate) struct Tags<'a, T: Pdu> {
+    ptr: NonNull<bindings::blk_mq_tags>,
+    _pdu: PhantomData<&'a T>,
+}
+
+impl<'a, T: Pdu> Tags<'a, T> {
+    /// The request that command identifier `cid` names, if its tag is in use: the core checks
+    /// the tag's range and the identifier's generation (`nvme_find_rq`).
+    ///
+    /// A request in flight stays allocated for `'a`. A stray identifier can name a tag whose
+    /// request came from the I/O scheduler's tags, which a scheduler change frees: the C
+    /// drivers share that window, and only a misbehaving target opens it.
+    pub(crate) fn find(&self, cid: u16) -> Option<Rq<'a, T>> {
+        // SAFETY: the tags of a ready set (see `ReadySet::tags`).
+        let rq = unsafe { bindings::rsrdma_nvme_find_rq(self.ptr.as_ptr(), cid) };
+        // SAFETY: a request of the set, whose PDU is a `T`; allocated as said above.
+        (!rq.is_null()).then(|| unsafe { Rq::from_raw(rq) })
     }
 }
