@@ -92,9 +92,37 @@ impl<'a, T: Pdu> Rq<'a, T> {
     pub(crate) fn pdu(self) -> &'a T {
         // SAFETY: per `from_raw`, the PDU is an initialized `T`, allocated for `'a`; it is only
         // shared (its mutable state is the implementor's, behind atomics or `Opaque`).
-        unsafe { &*(bindings::rsrdma_rq_pdu(self.ptr.as_ptr()) as *const T) }
+        unsafe { &*(bindings::rsrdma_rq_pdu(self.ptr()) as *const T) }
+    }
+
+    fn ptr(self) -> *mut bindings::request {
+        self.ptr.as_ptr()
+    }
+
+    /// # Safety
+    ///
+    /// The request has its tag (blk-mq assigns it before `queue_rq`) and is held (owned, or in
+    /// the timeout handler): the tag stays.
+    unsafe fn raw_tag(self) -> u32 {
+        // SAFETY: per the contract.
+        unsafe { (*self.ptr()).tag as u32 }
     }
 }
+
+/// The handles below are requests with more rights: each gives its request's PDU.
+macro_rules! deref_to_rq {
+    ($($handle:ident),*) => {$(
+        impl<'a, T: Pdu> core::ops::Deref for $handle<'a, T> {
+            type Target = Rq<'a, T>;
+
+            fn deref(&self) -> &Rq<'a, T> {
+                &self.0
+            }
+        }
+    )*};
+}
+
+deref_to_rq!(OwnedRq, TimedOutRq, BusyRq);
 
 /// A request the transport owns in blk-mq's sense (see the module's documentation).
 #[must_use = "a request must be ended, handed back, or sent"]
@@ -118,20 +146,10 @@ impl<'a, T: Pdu> OwnedRq<'a, T> {
         Self(rq)
     }
 
-    fn ptr(&self) -> *mut bindings::request {
-        self.0.ptr.as_ptr()
-    }
-
-    /// The request's PDU.
-    pub(crate) fn pdu(&self) -> &'a T {
-        self.0.pdu()
-    }
-
     /// The request's tag.
     pub(crate) fn tag(&self) -> u32 {
-        // SAFETY: an owned request: blk-mq assigned its tag and does not change it while the
-        // request is ours.
-        unsafe { (*self.ptr()).tag as u32 }
+        // SAFETY: an owned request.
+        unsafe { self.raw_tag() }
     }
 
     /// The bytes of data the command moves: 0 for commands without data pages (flush, write
@@ -256,19 +274,10 @@ impl<'a, T: Pdu> TimedOutRq<'a, T> {
         Self(unsafe { Rq::from_raw(ptr) })
     }
 
-    fn ptr(&self) -> *mut bindings::request {
-        self.0.ptr.as_ptr()
-    }
-
-    /// The request's PDU.
-    pub(crate) fn pdu(&self) -> &'a T {
-        self.0.pdu()
-    }
-
     /// The request's tag.
     pub(crate) fn tag(&self) -> u32 {
-        // SAFETY: a started request, held by the timeout handler: its tag stays.
-        unsafe { (*self.ptr()).tag as u32 }
+        // SAFETY: a started request, held by the timeout handler.
+        unsafe { self.raw_tag() }
     }
 
     /// The command identifier the core gave the request's command (`nvme_cid`).
@@ -291,17 +300,12 @@ impl<'a, T: Pdu> TimedOutRq<'a, T> {
 /// [`ReadySet::busy_iter`]).
 pub(crate) struct BusyRq<'a, T: Pdu>(Rq<'a, T>);
 
-impl<'a, T: Pdu> BusyRq<'a, T> {
-    /// The request's PDU.
-    pub(crate) fn pdu(&self) -> &'a T {
-        self.0.pdu()
-    }
-
+impl<T: Pdu> BusyRq<'_, T> {
     /// Has blk-mq run the timeout handler now for the request (`blk_abort_request`).
     pub(crate) fn abort(&self) {
         // SAFETY: a started request, held by the walk; the call moves its deadline and kicks
         // its queue's timeout work.
-        unsafe { bindings::blk_abort_request(self.0.ptr.as_ptr()) }
+        unsafe { bindings::blk_abort_request(self.ptr()) }
     }
 }
 
