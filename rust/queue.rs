@@ -679,6 +679,12 @@ impl Queue {
         // changes the number of I/O queues: the I/O is frozen then, so none of their commands
         // is in flight.
         let n = if was & STARTED != 0 {
+            // `queue_rq` runs inside an RCU read-side section (blk-mq's dispatch, the tag sets
+            // are not BLOCKING) and, the controller not being live, fails a command for a lost
+            // queue before starting it. So once a grace period has passed, no `queue_rq` is
+            // between starting a command for this queue and sending it: the walk aborts only
+            // commands that went out, whose requests `queue_rq` has given up.
+            crate::sync::synchronize_rcu();
             crate::mq::abort_sent_on(self.ctrl(), self.qid).unwrap_or(0)
         } else {
             0
@@ -1041,24 +1047,26 @@ unsafe extern "C" fn cm_handler(
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED
         | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => queue.cm_signal(event, 0),
         bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => {
-            let cm_msg = ev.reject_msg();
-            match ev.reject_data().and_then(CmReject::decode) {
-                Some(r) => log_err!(
-                    nvme,
-                    "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
-                    queue.qid,
-                    status,
-                    cm_msg,
-                    r.sts,
-                    r.msg()
-                ),
-                None => log_err!(
-                    nvme,
-                    "queue {}: connect rejected: status {} ({})",
-                    queue.qid,
-                    status,
-                    cm_msg
-                ),
+            if let Some(rej) = ev.rejected() {
+                let cm_msg = rej.cm_msg;
+                match rej.data.and_then(CmReject::decode) {
+                    Some(r) => log_err!(
+                        nvme,
+                        "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
+                        queue.qid,
+                        status,
+                        cm_msg,
+                        r.sts,
+                        r.msg()
+                    ),
+                    None => log_err!(
+                        nvme,
+                        "queue {}: connect rejected: status {} ({})",
+                        queue.qid,
+                        status,
+                        cm_msg
+                    ),
+                }
             }
             queue.cm_signal(event, errno::ECONNRESET().to_errno());
         }

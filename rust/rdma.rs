@@ -372,8 +372,18 @@ impl CmId {
 
 /// An event the RDMA CM passes to a CM id's handler, with the id; valid for the call.
 pub(crate) struct CmEvent<'a> {
-    id: &'a bindings::rdma_cm_id,
+    /// Not a reference: the CM and the id's owner write other fields of the id meanwhile
+    /// (its QP, its route).
+    id: NonNull<bindings::rdma_cm_id>,
     ev: &'a bindings::rdma_cm_event,
+}
+
+/// What a rejection carries (see [`CmEvent::rejected`]).
+pub(crate) struct Rejection<'a> {
+    /// The CM's reason for the status (`rdma_reject_msg`).
+    pub(crate) cm_msg: &'static CStr,
+    /// The private data the peer's consumer put in it (`rdma_consumer_reject_data`).
+    pub(crate) data: Option<&'a [u8]>,
 }
 
 impl<'a> CmEvent<'a> {
@@ -385,14 +395,19 @@ impl<'a> CmEvent<'a> {
         id: *mut bindings::rdma_cm_id,
         ev: *mut bindings::rdma_cm_event,
     ) -> Self {
-        // SAFETY: per the contract, both are valid for the call, and the CM changes neither
-        // the id's fields read here nor the event while its handler runs.
-        unsafe { Self { id: &*id, ev: &*ev } }
+        Self {
+            // SAFETY: per the contract, the id is not null.
+            id: unsafe { NonNull::new_unchecked(id) },
+            // SAFETY: per the contract; the CM does not change the event during the call.
+            ev: unsafe { &*ev },
+        }
     }
 
     /// The context the id was created with; null once detached (see [`CmId::detach`]).
     pub(crate) fn context(&self) -> *mut c_void {
-        self.id.context
+        // SAFETY: a valid id; `context` changes only under the handler lock, which the CM
+        // holds while the handler runs.
+        unsafe { core::ptr::addr_of!((*self.id.as_ptr()).context).read() }
     }
 
     pub(crate) fn event(&self) -> bindings::rdma_cm_event_type {
@@ -403,34 +418,35 @@ impl<'a> CmEvent<'a> {
         self.ev.status
     }
 
-    fn ptrs(&self) -> (*mut bindings::rdma_cm_id, *mut bindings::rdma_cm_event) {
-        (self.id as *const _ as *mut _, self.ev as *const _ as *mut _)
-    }
-
-    /// The CM's reason for a rejection (`rdma_reject_msg`).
-    pub(crate) fn reject_msg(&self) -> &'static CStr {
-        let (id, _) = self.ptrs();
-        // SAFETY: a valid id; the CM returns a static string for any status.
-        unsafe { CStr::from_char_ptr(bindings::rdma_reject_msg(id, self.status())) }
-    }
-
-    /// The private data the peer's consumer put in a rejection, if any
-    /// (`rdma_consumer_reject_data`).
-    pub(crate) fn reject_data(&self) -> Option<&'a [u8]> {
-        let (id, ev) = self.ptrs();
+    /// The reason and private data of a `REJECTED` event; `None` for any other event.
+    pub(crate) fn rejected(&self) -> Option<Rejection<'a>> {
+        if self.event() != bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED {
+            return None;
+        }
+        let (id, ev) = (self.id.as_ptr(), self.ev as *const _ as *mut _);
         let mut len = 0u8;
-        // SAFETY: a valid id and event; the call only reads them.
-        let data = unsafe { bindings::rdma_consumer_reject_data(id, ev, &mut len) };
-        // SAFETY: the CM hands out `len` bytes of private data, valid as long as the event.
-        (!data.is_null())
-            .then(|| unsafe { core::slice::from_raw_parts(data.cast::<u8>(), len.into()) })
+        // SAFETY: a rejection comes from the peer, on an id bound to a device (the calls read
+        // it); both calls only read the id and the event, and return a static string and
+        // `len` bytes of private data that live as long as the event.
+        let (cm_msg, data) = unsafe {
+            (
+                CStr::from_char_ptr(bindings::rdma_reject_msg(id, self.status())),
+                bindings::rdma_consumer_reject_data(id, ev, &mut len),
+            )
+        };
+        Some(Rejection {
+            cm_msg,
+            // SAFETY: as above.
+            data: (!data.is_null())
+                .then(|| unsafe { core::slice::from_raw_parts(data.cast::<u8>(), len.into()) }),
+        })
     }
 
     /// The device the id is bound to, if it is.
     pub(crate) fn device(&self) -> Option<Device> {
-        // SAFETY: `device` is set once the id is bound, and the device's removal waits for
-        // this handler.
-        unsafe { Device::from_raw(self.id.device) }
+        // SAFETY: a valid id; `device` is set once the id is bound and does not change while
+        // the handler runs, and the device's removal waits for this handler.
+        unsafe { Device::from_raw(core::ptr::addr_of!((*self.id.as_ptr()).device).read()) }
     }
 }
 
