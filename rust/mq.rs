@@ -490,10 +490,11 @@ unsafe extern "C" fn queue_rq(
                 return BLK_STS_IOERR;
             }
             // The queue is going away: complete with a path error so the core retries or
-            // fails over, and let error recovery rebuild the queue.
+            // fails over, and let error recovery rebuild the queue. A spread command names
+            // the queue it was posted on, the one that failed.
             ctrl.error_recovery(format_args!(
                 "posting to queue {} failed ({:?})",
-                queue.qid(),
+                rq.pdu().sent_on.load(Ordering::Relaxed),
                 e
             ));
             rq.host_path_error()
