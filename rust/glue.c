@@ -160,6 +160,29 @@ int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx
 	return ret;
 }
 
+/*
+ * The data of @rq when it is one physically contiguous range (a single multi-page bvec): its
+ * first page, the offset into it and the length. False for more ranges, none, or a special
+ * payload.
+ */
+bool rsrdma_rq_single_bvec(struct request *rq, struct page **page, u32 *offset, u32 *len)
+{
+	struct req_iterator iter;
+	struct bio_vec bv;
+	unsigned int n = 0;
+
+	if ((rq->rq_flags & RQF_SPECIAL_PAYLOAD) || !rq->bio)
+		return false;
+	rq_for_each_bvec(bv, rq, iter) {
+		if (n++)
+			return false;
+		*page = bv.bv_page;
+		*offset = bv.bv_offset;
+		*len = bv.bv_len;
+	}
+	return n == 1;
+}
+
 u16 rsrdma_nvme_cid(struct request *rq)
 {
 	return nvme_cid(rq);
@@ -385,6 +408,18 @@ u64 rsrdma_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
 int rsrdma_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
 {
 	return ib_dma_mapping_error(dev, dma_addr);
+}
+
+u64 rsrdma_dma_map_page(struct ib_device *dev, struct page *page, u32 offset, u32 size,
+			enum dma_data_direction dir)
+{
+	return ib_dma_map_page(dev, page, offset, size, dir);
+}
+
+void rsrdma_dma_unmap_page(struct ib_device *dev, u64 addr, u32 size,
+			   enum dma_data_direction dir)
+{
+	ib_dma_unmap_page(dev, addr, size, dir);
 }
 
 /* The largest single mapping the device takes (software devices map virtual addresses). */

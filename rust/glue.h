@@ -55,6 +55,7 @@ bool rsrdma_rq_is_write(struct request *rq);
 unsigned short rsrdma_rq_nr_phys_segments(struct request *rq);
 typedef int (*rsrdma_segment_fn)(void *ctx, void *va, unsigned int len);
 int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx);
+bool rsrdma_rq_single_bvec(struct request *rq, struct page **page, u32 *offset, u32 *len);
 u16 rsrdma_nvme_cid(struct request *rq);
 struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id);
 bool rsrdma_nvme_try_complete_req(struct request *rq, __le16 status, __le64 result);
@@ -99,6 +100,10 @@ const char *rsrdma_ibdev_name(struct ib_device *dev);
 u64 rsrdma_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
 			  enum dma_data_direction dir);
 int rsrdma_dma_mapping_error(struct ib_device *dev, u64 dma_addr);
+u64 rsrdma_dma_map_page(struct ib_device *dev, struct page *page, u32 offset, u32 size,
+			enum dma_data_direction dir);
+void rsrdma_dma_unmap_page(struct ib_device *dev, u64 addr, u32 size,
+			   enum dma_data_direction dir);
 size_t rsrdma_dma_max_mapping_size(struct ib_device *dev);
 void rsrdma_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
 			     enum dma_data_direction dir);

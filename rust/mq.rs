@@ -7,10 +7,10 @@
 //! - `queue_rq`: the core builds the command; the data gets a slice of the registered pool
 //!   (its tag's slot, or a block of the large area); writes are copied in; the command gets one
 //!   SGL descriptor (keyed: pool address, length, the pool's RKEY; or in-capsule for small
-//!   writes) and is sent.
+//!   writes, sent from the request's own pages when they are one range) and is sent.
 //! - The request completes when its response arrives (sends are signaled only now and then,
-//!   see `Queue::post_command`); reads are copied out of the pool in `complete`, on the
-//!   submitting CPU, and the slice is returned.
+//!   see `Queue::post_command`), and the send of its own pages, if any, completed; reads are
+//!   copied out of the pool in `complete`, on the submitting CPU, and the slice is returned.
 
 use crate::bindings;
 use crate::ctrl::RdmaCtrl;
@@ -22,11 +22,12 @@ use crate::proto::capsule::{self, SQE_SIZE};
 use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl};
 use crate::proto::spread::Owner;
-use crate::queue::{Conn, Queue};
+use crate::queue::{Conn, InCapsule, Queue};
+use crate::rdma::DmaPages;
 use crate::request::{
     BlkStatus, Hctx, OwnedRq, Pdu, Rq, TimedOutRq, BLK_STS_IOERR, BLK_STS_OK, BLK_STS_RESOURCE,
 };
-use crate::sync::RcuReadGuard;
+use crate::sync::{RcuReadGuard, TakeCell};
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use kernel::ffi::c_void;
@@ -45,7 +46,8 @@ pub(crate) struct Request {
     queue: *const Queue,
     /// The queue the command was sent on: its own, or another one (see `submit`).
     sent_on: AtomicU16,
-    /// Outstanding completions: 1 (the response) while in flight, 0 otherwise.
+    /// Outstanding completions while in flight: the response, and the send when the data goes
+    /// from the request's own pages; 0 otherwise.
     refs: AtomicU32,
     responded: AtomicBool,
     status: AtomicU16,
@@ -53,6 +55,12 @@ pub(crate) struct Request {
     data_offset: AtomicU64,
     data_len: AtomicU32,
     data_large: AtomicBool,
+    /// A write's own pages, when its in-capsule data is sent from them instead of the pool
+    /// (see `own_pages`). Released by the send's completion (`pages_send_done`), or by
+    /// `unmap_data` when the request ends first (the queue was flushed, or nothing was sent).
+    pages: TakeCell<DmaPages>,
+    /// Completion entry of that send.
+    send_cqe: Opaque<bindings::ib_cqe>,
 }
 
 const _: () = assert!(offset_of!(Request, nreq) == 0);
@@ -214,6 +222,32 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     end_request(req);
 }
 
+/// Completion of the send of a command whose in-capsule data went from the request's own pages
+/// (always signaled, see [`InCapsule::Pages`]): the device is done with them.
+///
+/// # Safety
+///
+/// Called by the kernel with the arguments its API documents for this callback.
+unsafe extern "C" fn pages_send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: the RDMA core passes a valid completion whose `wr_cqe` is the `send_cqe` of a
+    // request (see `map_command`), which lives as long as its tag set, past the QP's drain.
+    let (wc, req) = unsafe {
+        let wc = &*wc;
+        let req = kernel::container_of!(wc.__bindgen_anon_1.wr_cqe, Request, send_cqe);
+        (wc, &*req)
+    };
+    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
+        req.queue().wr_error(wc, "SEND");
+    }
+    // Not there when the request ended first (a flushed queue's requests are ended without
+    // waiting for this): nothing left to do for it.
+    let Some(pages) = req.pages.take() else {
+        return;
+    };
+    drop(pages);
+    end_request(req);
+}
+
 /// Copies the data of `rq` into (`to_pool`) or out of its pool slice.
 fn copy_data(pool: &Pool, rq: &OwnedRq<'_, Request>, slice: Slice, to_pool: bool) {
     let (mut offset, mut left) = (slice.offset, slice.len);
@@ -244,7 +278,7 @@ type Submitted<'a> = core::result::Result<(u32, bool), (OwnedRq<'a, Request>, Er
 /// request comes back.
 fn submit<'a>(queue: &Queue, conn: &Conn, rq: OwnedRq<'a, Request>) -> Submitted<'a> {
     let (len, is_write) = (rq.data_len(), rq.is_write());
-    let (mut sqe, inline) = match map_command(queue, &rq, len, is_write) {
+    let (mut sqe, inline) = match map_command(queue, conn, &rq, len, is_write) {
         Ok(c) => c,
         Err(e) => return Err((rq, e)),
     };
@@ -276,14 +310,15 @@ fn submit<'a>(queue: &Queue, conn: &Conn, rq: OwnedRq<'a, Request>) -> Submitted
 }
 
 /// Prepares the command of a request to be sent: gives its data a pool slice (copying a
-/// write's data in) and the command its SGL descriptor. Returns the command and the
-/// in-capsule data, if any.
+/// write's data in) or, for in-capsule data, maps its own pages; and gives the command its SGL
+/// descriptor. Returns the command and the in-capsule data, if any.
 fn map_command(
     queue: &Queue,
+    conn: &Conn,
     rq: &OwnedRq<'_, Request>,
     len: u32,
     is_write: bool,
-) -> Result<([u8; SQE_SIZE], Option<bindings::ib_sge>)> {
+) -> Result<([u8; SQE_SIZE], Option<InCapsule>)> {
     let ctrl = queue.ctrl();
     let qid = queue.qid();
     let req = rq.pdu();
@@ -295,8 +330,16 @@ fn map_command(
     req.set_data(None);
 
     let mut inline = None;
+    let in_capsule = InlineSgl {
+        offset: u64::from(ctrl.nvme().icdoff()),
+        len,
+    };
     let desc = if len == 0 {
         KeyedSgl::default().encode()
+    } else if let Some(sge) = own_pages(queue, conn, rq, len, is_write) {
+        req.refs.store(2, Ordering::Relaxed);
+        inline = Some(InCapsule::Pages(sge, req.send_cqe.get()));
+        Some(in_capsule.encode())
     } else {
         // SAFETY: the controller's set-up work registers the pool before any command is sent
         // and removes it only after every queue was stopped.
@@ -312,26 +355,20 @@ fn map_command(
         reg.sync_for_device(slice);
         let addr = reg.iova(slice.offset);
         if is_write && ctrl.inline_fits(qid, len) && !data.large {
-            inline = Some(bindings::ib_sge {
+            inline = Some(InCapsule::Pool(bindings::ib_sge {
                 addr,
                 length: len,
                 lkey: reg.mr().lkey(),
-            });
+            }));
             dbg_event!(
                 Io,
                 ctrl.nvme().as_ptr(),
-                "queue {} tag {}: {} bytes in capsule",
+                "queue {} tag {}: {} bytes in capsule, copied",
                 qid,
                 tag,
                 len
             );
-            Some(
-                InlineSgl {
-                    offset: u64::from(ctrl.nvme().icdoff()),
-                    len,
-                }
-                .encode(),
-            )
+            Some(in_capsule.encode())
         } else {
             let key = reg.mr().rkey();
             dbg_event!(
@@ -359,6 +396,38 @@ fn map_command(
         return Err(EINVAL);
     }
     Ok((sqe, inline))
+}
+
+/// Maps the pages of a write whose data goes in the capsule, to send them as they are: a
+/// copy into the pool would cost more than the send's completion, which the mapping needs
+/// (see [`InCapsule::Pages`]). The data must be one contiguous range (a send here has room for
+/// one data SGE). Returns the data's SGE, the mapping being kept in the request; `None` to go
+/// through the pool instead.
+fn own_pages(
+    queue: &Queue,
+    conn: &Conn,
+    rq: &OwnedRq<'_, Request>,
+    len: u32,
+    is_write: bool,
+) -> Option<bindings::ib_sge> {
+    if !is_write || !queue.ctrl().inline_fits(queue.qid(), len) {
+        return None;
+    }
+    let range = rq.single_range().filter(|r| r.len == len)?;
+    // SAFETY: the request keeps its pages until it ends, and the mapping is released before
+    // it does: by the send's completion, or by `unmap_data`, which every end of the request
+    // passes through (`complete`, or `queue_rq` when nothing was sent).
+    let (pages, sge) = unsafe { conn.map_pages(range) }.ok()?;
+    rq.pdu().pages.put(pages).ok()?;
+    dbg_event!(
+        Io,
+        queue.ctrl().nvme().as_ptr(),
+        "queue {} tag {}: {} bytes in capsule, from its pages",
+        queue.qid(),
+        rq.tag(),
+        len
+    );
+    Some(sge)
 }
 
 /// Sends a large transfer's command on the controller's next I/O queue in turn, when that is
@@ -415,6 +484,9 @@ fn spread(queue: &Queue, req: &Request, sqe: &mut [u8; SQE_SIZE]) -> Option<Resu
 
 /// Releases a request's data slice, copying read data out first when the command succeeded.
 fn unmap_data(ctrl: &RdmaCtrl, qid: u16, rq: &OwnedRq<'_, Request>, copy_out: bool) {
+    // Pages still mapped here were not sent, or their send was flushed: the device no longer
+    // reads them.
+    drop(rq.pdu().pages.take());
     let Some(data) = rq.pdu().take_data() else {
         return;
     };
@@ -691,6 +763,10 @@ unsafe extern "C" fn init_request(
         core::ptr::addr_of_mut!((*pdu).data_offset).write(AtomicU64::new(NO_DATA));
         core::ptr::addr_of_mut!((*pdu).data_len).write(AtomicU32::new(0));
         core::ptr::addr_of_mut!((*pdu).data_large).write(AtomicBool::new(false));
+        core::ptr::addr_of_mut!((*pdu).pages).write(TakeCell::new());
+        core::ptr::addr_of_mut!((*pdu).send_cqe).write(Opaque::new(bindings::ib_cqe {
+            done: Some(pages_send_done),
+        }));
         let nreq = (*pdu).nreq.get();
         (*nreq).ctrl = ctrl.nvme().as_ptr();
         (*nreq).cmd = (*pdu).cmd.get();

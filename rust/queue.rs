@@ -15,7 +15,7 @@ use crate::nvme::State;
 use crate::pool::PoolReg;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
 use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
-use crate::rdma::{self, CmEvent, CmId, CmQp, Cq, Device, DmaDir, DmaMap};
+use crate::rdma::{self, CmEvent, CmId, CmQp, Cq, Device, DmaDir, DmaMap, DmaPages, PageRange};
 use crate::stats::QueueStats;
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
@@ -139,6 +139,23 @@ impl Conn {
 
     pub(crate) fn cq(&self) -> &Cq {
         &self.cq
+    }
+
+    /// Maps `range` for this connection's device to read, as [`InCapsule::Pages`] data: the
+    /// mapping, and its SGE through the PD's local DMA key.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Device::map_pages`].
+    pub(crate) unsafe fn map_pages(
+        &self,
+        range: PageRange,
+    ) -> Result<(DmaPages, bindings::ib_sge)> {
+        let dev = self.qp.device().ok_or(ENODEV)?;
+        // SAFETY: per the contract.
+        let pages = unsafe { dev.map_pages(range) }?;
+        let sge = pages.sge(self.lkey);
+        Ok((pages, sge))
     }
 }
 
@@ -833,10 +850,9 @@ impl Queue {
         self.credits.load(Ordering::Relaxed)
     }
 
-    /// Sends command `sqe`, with in-capsule data `inline` if any. `index` is the command's
-    /// entry of this queue's ring, used when the capsule goes by reference; a command of
-    /// another queue (see `mq::spread`) has none and can only go as inline data (`EINVAL`
-    /// otherwise).
+    /// Sends command `sqe`, with its in-capsule data if any. `index` is the command's entry of
+    /// this queue's ring, used when the capsule goes by reference; a command of another queue
+    /// (see `mq::spread`) has none and can only go as inline data (`EINVAL` otherwise).
     ///
     /// Only one send in [`SIGNAL_EVERY`] (fewer on a shallow queue) asks for a completion (a
     /// failed send always completes, and starts error recovery); the request completes on its
@@ -844,25 +860,40 @@ impl Queue {
     /// That is safe because the response proves that the target received the whole capsule, and
     /// the command ring and the pool stay registered until the QP is drained: a send the
     /// adapter retransmits after its ring entry or slot was reused is a duplicate the target
-    /// drops. The C driver signals every send because it unmaps and invalidates per command.
+    /// drops. The C driver signals every send because it unmaps and invalidates per command;
+    /// so does this one for in-capsule data sent from the request's own pages
+    /// ([`InCapsule::Pages`]), which stay mapped until their send completes.
     /// Returns `ENOMEM` when the send queue is full.
     ///
     /// # Safety
     ///
-    /// Ring entry `index`, if any, must belong to the command while it is in flight, and
-    /// `inline` must describe registered pool memory.
+    /// Ring entry `index`, if any, must belong to the command while it is in flight; `data`
+    /// must be as [`InCapsule`] describes.
     pub(crate) unsafe fn post_command(
         &self,
         conn: &Conn,
         sqe: &[u8; SQE_SIZE],
         index: Option<usize>,
-        inline: Option<bindings::ib_sge>,
+        data: Option<InCapsule>,
     ) -> Result {
         let n = self.sends.fetch_add(1, Ordering::Relaxed);
-        let signaled = n & conn.signal_mask == conn.signal_mask;
-        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; `index` and `inline`
-        // per the contract.
-        unsafe { self.post_capsule(conn, sqe, index, self.send_cqe.get(), signaled, inline) }
+        let (sge, cqe, signaled) = match data {
+            None => (
+                None,
+                self.send_cqe.get(),
+                n & conn.signal_mask == conn.signal_mask,
+            ),
+            Some(InCapsule::Pool(sge)) => (
+                Some(sge),
+                self.send_cqe.get(),
+                n & conn.signal_mask == conn.signal_mask,
+            ),
+            Some(InCapsule::Pages(sge, cqe)) => (Some(sge), cqe, true),
+        };
+        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; a `Pages` completion
+        // entry lives until the send completes (see `InCapsule`); `index` and `data` per the
+        // contract.
+        unsafe { self.post_capsule(conn, sqe, index, cqe, signaled, sge) }
     }
 
     /// Posts the SEND of capsule `sqe`: as inline data when there is no in-capsule data and the
@@ -872,7 +903,8 @@ impl Queue {
     /// # Safety
     ///
     /// Ring entry `index`, if any, must be the caller's until the send completes or the QP is
-    /// drained; so must `cqe`; `inline` must describe registered pool memory.
+    /// drained; so must `cqe`; `inline` must describe memory the device may read through its
+    /// key until then (registered pool memory, or pages mapped for the device).
     unsafe fn post_capsule(
         &self,
         conn: &Conn,
@@ -926,7 +958,7 @@ impl Queue {
         wr.__bindgen_anon_1.wr_cqe = cqe;
         // SAFETY: the SGEs name the capsule (by CPU address when inline, copied before the
         // call returns; else its ring entry through the mapped ring) and (per the contract)
-        // registered pool memory; the verbs provider copies the WR before returning.
+        // memory the device may read; the verbs provider copies the WR before returning.
         unsafe { conn.qp.post_send(&wr) }
     }
 
@@ -988,7 +1020,7 @@ impl Queue {
 
     /// Logs a failed work request and starts error recovery (or, while connecting, aborts the
     /// commands in flight on the queue).
-    fn wr_error(&self, wc: &bindings::ib_wc, op: &str) {
+    pub(crate) fn wr_error(&self, wc: &bindings::ib_wc, op: &str) {
         let ctrl = self.ctrl();
         let state = ctrl.nvme().state();
         if state == State::Live || (state == State::Connecting && self.connected()) {
@@ -1004,6 +1036,17 @@ impl Queue {
         ctrl.error_recovery(format_args!("{} failed on queue {}", op, self.qid));
         self.report_while_connecting(FAILED);
     }
+}
+
+/// The in-capsule data of a command send (see [`Queue::post_command`]).
+pub(crate) enum InCapsule {
+    /// A slice of the registered pool, through the pool MR's local key. The send asks for a
+    /// completion only now and then: the pool stays registered until the QP is drained.
+    Pool(bindings::ib_sge),
+    /// The request's own pages, mapped for the device and named through the PD's local DMA
+    /// key. The send always asks for a completion, which `cqe` receives; the pages must stay
+    /// mapped, and `cqe` valid, until it has run (or the QP is drained).
+    Pages(bindings::ib_sge, *mut bindings::ib_cqe),
 }
 
 // --- Callbacks from the RDMA core ---------------------------------------------------------

@@ -140,6 +140,78 @@ impl Device {
     }
 }
 
+/// A physically contiguous range of memory given by its first page (a request's data, see
+/// [`OwnedRq::single_range`](crate::request::OwnedRq::single_range)).
+#[derive(Clone, Copy)]
+pub(crate) struct PageRange {
+    pub(crate) page: NonNull<bindings::page>,
+    pub(crate) offset: u32,
+    pub(crate) len: u32,
+}
+
+impl Device {
+    /// Maps `range` for the device to read.
+    ///
+    /// # Safety
+    ///
+    /// The pages of `range` must outlive the returned mapping.
+    pub(crate) unsafe fn map_pages(self, range: PageRange) -> Result<DmaPages> {
+        let dir = DmaDir::ToDevice;
+        // SAFETY: per the contract, the range's pages outlive the mapping.
+        let addr = unsafe {
+            bindings::rsrdma_dma_map_page(
+                self.as_ptr(),
+                range.page.as_ptr(),
+                range.offset,
+                range.len,
+                dir.raw(),
+            )
+        };
+        // SAFETY: `addr` came from this device's mapping call.
+        if unsafe { bindings::rsrdma_dma_mapping_error(self.as_ptr(), addr) } != 0 {
+            return Err(ENOMEM);
+        }
+        Ok(DmaPages {
+            dev: self,
+            addr,
+            len: range.len,
+        })
+    }
+}
+
+/// A range of pages mapped for the device to read (`ib_dma_map_page`); unmapped on drop.
+pub(crate) struct DmaPages {
+    dev: Device,
+    addr: u64,
+    len: u32,
+}
+
+impl DmaPages {
+    /// The range as a local SGE through `lkey`, a key that covers DMA-mapped memory (the PD's
+    /// local DMA key).
+    pub(crate) fn sge(&self, lkey: u32) -> bindings::ib_sge {
+        bindings::ib_sge {
+            addr: self.addr,
+            length: self.len,
+            lkey,
+        }
+    }
+}
+
+impl Drop for DmaPages {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `Device::map_pages` with these parameters.
+        unsafe {
+            bindings::rsrdma_dma_unmap_page(
+                self.dev.as_ptr(),
+                self.addr,
+                self.len,
+                DmaDir::ToDevice.raw(),
+            )
+        };
+    }
+}
+
 /// Direction of a DMA mapping.
 #[derive(Clone, Copy)]
 pub(crate) enum DmaDir {

@@ -27,6 +27,7 @@
 
 use crate::bindings;
 use crate::nvme;
+use crate::rdma::PageRange;
 use crate::sync::{self, RcuReadGuard};
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -199,6 +200,23 @@ impl<'a, T: Pdu> OwnedRq<'a, T> {
         // SAFETY: an owned request, whose bios do not change while it is ours; `ctx` is the
         // closure `visit::<F>` expects, alive for the call.
         unsafe { bindings::rsrdma_rq_visit_segments(self.ptr(), Some(visit::<F>), ctx) };
+    }
+
+    /// The request's data when it is one physically contiguous range; `None` when it is more,
+    /// none, or a payload of the core's own (such as a Connect's data).
+    pub(crate) fn single_range(&self) -> Option<PageRange> {
+        let mut page = core::ptr::null_mut();
+        let (mut offset, mut len) = (0, 0);
+        // SAFETY: an owned request, whose bios do not change while it is ours; the outputs
+        // are local.
+        let one = unsafe {
+            bindings::rsrdma_rq_single_bvec(self.ptr(), &mut page, &mut offset, &mut len)
+        };
+        Some(PageRange {
+            page: NonNull::new(page).filter(|_| one)?,
+            offset,
+            len,
+        })
     }
 
     /// Whether controller `ctrl` can take the request now (`nvme_check_ready`).

@@ -6,7 +6,9 @@
 
 use crate::bindings;
 use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
 use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::init::PinInit;
 use kernel::prelude::*;
 use kernel::types::Opaque;
@@ -189,4 +191,66 @@ impl Drop for RcuReadGuard {
 pub(crate) fn synchronize_rcu() {
     // SAFETY: no precondition beyond process context, which sleeping callers are in.
     unsafe { bindings::synchronize_rcu() };
+}
+
+/// A slot for one value that any of several contexts may fill or take, each operation at most
+/// once at a time: whoever takes a value owns it, so of two contexts racing to release a
+/// resource exactly one does (a request's mapped pages, released by its send completion or by
+/// its completion, whichever comes first).
+pub(crate) struct TakeCell<T> {
+    state: AtomicU8,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+const TAKE_EMPTY: u8 = 0;
+const TAKE_BUSY: u8 = 1;
+const TAKE_FULL: u8 = 2;
+
+// SAFETY: `state` hands the value to one context at a time (see `put` and `take`), which may
+// move it to another thread.
+unsafe impl<T: Send> Send for TakeCell<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for TakeCell<T> {}
+
+impl<T> TakeCell<T> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            state: AtomicU8::new(TAKE_EMPTY),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// Stores `value`; gives it back if the slot is not empty.
+    pub(crate) fn put(&self, value: T) -> core::result::Result<(), T> {
+        if self
+            .state
+            .compare_exchange(TAKE_EMPTY, TAKE_BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(value);
+        }
+        // SAFETY: the exchange made this context the only one to touch the value until it
+        // publishes it below.
+        unsafe { (*self.value.get()).write(value) };
+        self.state.store(TAKE_FULL, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes the value out, if there is one.
+    pub(crate) fn take(&self) -> Option<T> {
+        self.state
+            .compare_exchange(TAKE_FULL, TAKE_BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // SAFETY: the slot was full (written before the Release store that published it, which
+        // the Acquire exchange saw) and the exchange made this context its only reader.
+        let value = unsafe { (*self.value.get()).assume_init_read() };
+        self.state.store(TAKE_EMPTY, Ordering::Release);
+        Some(value)
+    }
+}
+
+impl<T> Drop for TakeCell<T> {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
 }
