@@ -239,8 +239,9 @@ unsafe extern "C" fn pages_send_done(_cq: *mut bindings::ib_cq, wc: *mut binding
     if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
         req.queue().wr_error(wc, "SEND");
     }
-    // Not there when the request ended first (a flushed queue's requests are ended without
-    // waiting for this): nothing left to do for it.
+    // Not there when the request ended first: its command was posted after its queue was
+    // stopped (see `Queue::stop`) and its flush came only with a later drain, after the core
+    // had ended the request. Nothing left to do for it.
     let Some(pages) = req.pages.take() else {
         return;
     };
@@ -297,7 +298,8 @@ fn submit<'a>(queue: &Queue, conn: &Conn, rq: OwnedRq<'a, Request>) -> Submitted
         return Err((rq, ENOMEM));
     }
     // SAFETY: ring entry `tag` (checked by `map_command`) belongs to this request while it
-    // is in flight; `inline` names registered pool memory.
+    // is in flight; `inline` is pool memory, or the request's pages, mapped until their send
+    // completes (see `own_pages`), with the request's own completion entry.
     match unsafe { queue.post_command(conn, &sqe, Some(rq.tag() as usize), inline) } {
         Ok(()) => Ok((len, is_write)),
         Err(e) => {

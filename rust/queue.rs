@@ -624,8 +624,16 @@ impl Queue {
 
     // --- Stopping -------------------------------------------------------------------------
 
-    /// Stops the queue: disconnects and drains the QP, so no completion of it runs afterwards.
-    /// The connection stays installed until [`Queue::free`].
+    /// Stops the queue: disconnects and drains the QP, so no completion of it runs afterwards
+    /// (for commands posted after this, see below). The connection stays installed until
+    /// [`Queue::free`].
+    ///
+    /// A queue stopped before is drained again: the timeout handler stops a queue while blk-mq
+    /// still dispatches, and a command posted after that drain is flushed by this one. The
+    /// controller's teardown stops its queues after quiescing them, so once that stop returns
+    /// no completion can reach a request (a flushed send of a request's own pages names the
+    /// request, see `mq::pages_send_done`) before the core cancels the requests and may free
+    /// them.
     pub(crate) fn stop(&self) {
         if !self.is_allocated() {
             return;
@@ -634,24 +642,23 @@ impl Queue {
         let was = self
             .flags
             .fetch_and(!(LIVE | ESTABLISHED | STARTED), Ordering::SeqCst);
-        if was & (LIVE | ESTABLISHED) != 0 {
-            // SAFETY: allocated queues have a connection, which only `free` removes, and `free`
-            // is not concurrent with `stop` (both run from the controller's work items, or
-            // `stop` from the timeout handler while the queue is allocated).
-            if let Some(conn) = unsafe { self.conn() } {
-                // No DREQ while the port is down (see `Device::port_active`); the target
-                // learns from its own timeouts, or from the DREQ sent when the id is released.
-                if conn.qp.port_active() {
-                    conn.qp.disconnect();
-                }
-                conn.qp.drain();
-                // On a poll queue's CQ the drain polls beside blk-mq's pollers, one of which
-                // may still be handling completions it took before the drain's own ended.
-                // Polls started after ESTABLISHED was cleared above leave the CQ alone, so
-                // this waits only for those that began before (see `poll`).
-                self.wait_for_pollers();
-            }
+        // SAFETY: allocated queues have a connection, which only `free` removes, and `free` is
+        // not concurrent with `stop` (both run from the controller's work items, or `stop` from
+        // the timeout handler while the queue is allocated).
+        let Some(conn) = (unsafe { self.conn() }) else {
+            return;
+        };
+        // No DREQ while the port is down (see `Device::port_active`); the target learns from
+        // its own timeouts, or from the DREQ sent when the id is released.
+        if was & (LIVE | ESTABLISHED) != 0 && conn.qp.port_active() {
+            conn.qp.disconnect();
         }
+        conn.qp.drain();
+        // On a poll queue's CQ the drain polls beside blk-mq's pollers, one of which may still
+        // be handling completions it took before the drain's own ended. Polls started after
+        // ESTABLISHED was cleared above leave the CQ alone, so this waits only for those that
+        // began before (see `poll`).
+        self.wait_for_pollers();
     }
 
     /// Waits for the block-layer polls running on this queue's CQ (`poll`) to return. They
@@ -768,9 +775,8 @@ impl Queue {
         let Some(conn) = (unsafe { self.conn.replace(None) }) else {
             return;
         };
-        // Drained again: a command posted between the stop's drain and the quiesce (the
-        // timeout handler stops a queue while blk-mq still dispatches), or on a queue that
-        // failed before it was ever stopped, completes now, while its QP exists.
+        // Drained again: the completions of a queue that failed before it was ever stopped run
+        // now, while its QP exists.
         conn.qp.drain();
         dbg_event!(
             Queue,

@@ -203,7 +203,7 @@ impl<'a, T: Pdu> OwnedRq<'a, T> {
     }
 
     /// The request's data when it is one physically contiguous range; `None` when it is more,
-    /// none, or a payload of the core's own (such as a Connect's data).
+    /// none, or a special payload (the range list of a discard, which the core allocates).
     pub(crate) fn single_range(&self) -> Option<PageRange> {
         let mut page = core::ptr::null_mut();
         let (mut offset, mut len) = (0, 0);
