@@ -416,12 +416,6 @@ u64 rsrdma_dma_map_page(struct ib_device *dev, struct page *page, u32 offset, u3
 	return ib_dma_map_page(dev, page, offset, size, dir);
 }
 
-void rsrdma_dma_unmap_page(struct ib_device *dev, u64 addr, u32 size,
-			   enum dma_data_direction dir)
-{
-	ib_dma_unmap_page(dev, addr, size, dir);
-}
-
 /* The largest single mapping the device takes (software devices map virtual addresses). */
 size_t rsrdma_dma_max_mapping_size(struct ib_device *dev)
 {

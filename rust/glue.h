@@ -102,8 +102,6 @@ u64 rsrdma_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
 int rsrdma_dma_mapping_error(struct ib_device *dev, u64 dma_addr);
 u64 rsrdma_dma_map_page(struct ib_device *dev, struct page *page, u32 offset, u32 size,
 			enum dma_data_direction dir);
-void rsrdma_dma_unmap_page(struct ib_device *dev, u64 addr, u32 size,
-			   enum dma_data_direction dir);
 size_t rsrdma_dma_max_mapping_size(struct ib_device *dev);
 void rsrdma_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
 			     enum dma_data_direction dir);

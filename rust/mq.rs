@@ -23,7 +23,7 @@ use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl};
 use crate::proto::spread::Owner;
 use crate::queue::{Conn, InCapsule, Queue};
-use crate::rdma::DmaPages;
+use crate::rdma::DmaMap;
 use crate::request::{
     BlkStatus, Hctx, OwnedRq, Pdu, Rq, TimedOutRq, BLK_STS_IOERR, BLK_STS_OK, BLK_STS_RESOURCE,
 };
@@ -58,7 +58,7 @@ pub(crate) struct Request {
     /// A write's own pages, when its in-capsule data is sent from them instead of the pool
     /// (see `own_pages`). Released by the send's completion (`pages_send_done`), or by
     /// `unmap_data` when the request ends first (the queue was flushed, or nothing was sent).
-    pages: TakeCell<DmaPages>,
+    pages: TakeCell<DmaMap>,
     /// Completion entry of that send.
     send_cqe: Opaque<bindings::ib_cqe>,
 }
@@ -239,9 +239,8 @@ unsafe extern "C" fn pages_send_done(_cq: *mut bindings::ib_cq, wc: *mut binding
     if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
         req.queue().wr_error(wc, "SEND");
     }
-    // Not there when the request ended first: its command was posted after its queue was
-    // stopped (see `Queue::stop`) and its flush came only with a later drain, after the core
-    // had ended the request. Nothing left to do for it.
+    // Not there if the request already ended without waiting for this completion (see
+    // `unmap_data`): nothing left to do for it.
     let Some(pages) = req.pages.take() else {
         return;
     };
@@ -332,16 +331,19 @@ fn map_command(
     req.set_data(None);
 
     let mut inline = None;
-    let in_capsule = InlineSgl {
-        offset: u64::from(ctrl.nvme().icdoff()),
-        len,
+    let in_capsule = || {
+        InlineSgl {
+            offset: u64::from(ctrl.nvme().icdoff()),
+            len,
+        }
+        .encode()
     };
     let desc = if len == 0 {
         KeyedSgl::default().encode()
     } else if let Some(sge) = own_pages(queue, conn, rq, len, is_write) {
         req.refs.store(2, Ordering::Relaxed);
         inline = Some(InCapsule::Pages(sge, req.send_cqe.get()));
-        Some(in_capsule.encode())
+        Some(in_capsule())
     } else {
         // SAFETY: the controller's set-up work registers the pool before any command is sent
         // and removes it only after every queue was stopped.
@@ -370,7 +372,7 @@ fn map_command(
                 tag,
                 len
             );
-            Some(in_capsule.encode())
+            Some(in_capsule())
         } else {
             let key = reg.mr().rkey();
             dbg_event!(

@@ -15,7 +15,7 @@ use crate::nvme::State;
 use crate::pool::PoolReg;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
 use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
-use crate::rdma::{self, CmEvent, CmId, CmQp, Cq, Device, DmaDir, DmaMap, DmaPages, PageRange};
+use crate::rdma::{self, CmEvent, CmId, CmQp, Cq, Device, DmaDir, DmaMap, PageRange};
 use crate::stats::QueueStats;
 use crate::sync::{Completion, ConnCell};
 use core::ptr::NonNull;
@@ -147,10 +147,7 @@ impl Conn {
     /// # Safety
     ///
     /// As for [`Device::map_pages`].
-    pub(crate) unsafe fn map_pages(
-        &self,
-        range: PageRange,
-    ) -> Result<(DmaPages, bindings::ib_sge)> {
+    pub(crate) unsafe fn map_pages(&self, range: PageRange) -> Result<(DmaMap, bindings::ib_sge)> {
         let dev = self.qp.device().ok_or(ENODEV)?;
         // SAFETY: per the contract.
         let pages = unsafe { dev.map_pages(range) }?;
@@ -883,17 +880,10 @@ impl Queue {
         data: Option<InCapsule>,
     ) -> Result {
         let n = self.sends.fetch_add(1, Ordering::Relaxed);
+        let now_and_then = n & conn.signal_mask == conn.signal_mask;
         let (sge, cqe, signaled) = match data {
-            None => (
-                None,
-                self.send_cqe.get(),
-                n & conn.signal_mask == conn.signal_mask,
-            ),
-            Some(InCapsule::Pool(sge)) => (
-                Some(sge),
-                self.send_cqe.get(),
-                n & conn.signal_mask == conn.signal_mask,
-            ),
+            None => (None, self.send_cqe.get(), now_and_then),
+            Some(InCapsule::Pool(sge)) => (Some(sge), self.send_cqe.get(), now_and_then),
             Some(InCapsule::Pages(sge, cqe)) => (Some(sge), cqe, true),
         };
         // SAFETY: `send_cqe` lives in the queue, which outlives the QP; a `Pages` completion

@@ -127,6 +127,34 @@ impl Device {
         // SAFETY: per the contract, `len` bytes at `cpu_addr` outlive the mapping.
         let addr =
             unsafe { bindings::rsrdma_dma_map_single(self.as_ptr(), cpu_addr, len, dir.raw()) };
+        self.mapped(addr, len, dir)
+    }
+
+    /// Maps `range` for the device to read. The mapping is one `DmaMap` like any other: the
+    /// DMA API unmaps a page mapping and a single one alike (`dma_unmap_single` is
+    /// `dma_unmap_page`).
+    ///
+    /// # Safety
+    ///
+    /// The pages of `range` must outlive the returned mapping.
+    pub(crate) unsafe fn map_pages(self, range: PageRange) -> Result<DmaMap> {
+        let dir = DmaDir::ToDevice;
+        // SAFETY: per the contract, the range's pages outlive the mapping.
+        let addr = unsafe {
+            bindings::rsrdma_dma_map_page(
+                self.as_ptr(),
+                range.page.as_ptr(),
+                range.offset,
+                range.len,
+                dir.raw(),
+            )
+        };
+        self.mapped(addr, range.len as usize, dir)
+    }
+
+    /// The mapping at `addr` that a mapping call of this device returned, or `ENOMEM` if it
+    /// failed.
+    fn mapped(self, addr: u64, len: usize, dir: DmaDir) -> Result<DmaMap> {
         // SAFETY: `addr` came from this device's mapping call.
         if unsafe { bindings::rsrdma_dma_mapping_error(self.as_ptr(), addr) } != 0 {
             return Err(ENOMEM);
@@ -147,69 +175,6 @@ pub(crate) struct PageRange {
     pub(crate) page: NonNull<bindings::page>,
     pub(crate) offset: u32,
     pub(crate) len: u32,
-}
-
-impl Device {
-    /// Maps `range` for the device to read.
-    ///
-    /// # Safety
-    ///
-    /// The pages of `range` must outlive the returned mapping.
-    pub(crate) unsafe fn map_pages(self, range: PageRange) -> Result<DmaPages> {
-        let dir = DmaDir::ToDevice;
-        // SAFETY: per the contract, the range's pages outlive the mapping.
-        let addr = unsafe {
-            bindings::rsrdma_dma_map_page(
-                self.as_ptr(),
-                range.page.as_ptr(),
-                range.offset,
-                range.len,
-                dir.raw(),
-            )
-        };
-        // SAFETY: `addr` came from this device's mapping call.
-        if unsafe { bindings::rsrdma_dma_mapping_error(self.as_ptr(), addr) } != 0 {
-            return Err(ENOMEM);
-        }
-        Ok(DmaPages {
-            dev: self,
-            addr,
-            len: range.len,
-        })
-    }
-}
-
-/// A range of pages mapped for the device to read (`ib_dma_map_page`); unmapped on drop.
-pub(crate) struct DmaPages {
-    dev: Device,
-    addr: u64,
-    len: u32,
-}
-
-impl DmaPages {
-    /// The range as a local SGE through `lkey`, a key that covers DMA-mapped memory (the PD's
-    /// local DMA key).
-    pub(crate) fn sge(&self, lkey: u32) -> bindings::ib_sge {
-        bindings::ib_sge {
-            addr: self.addr,
-            length: self.len,
-            lkey,
-        }
-    }
-}
-
-impl Drop for DmaPages {
-    fn drop(&mut self) {
-        // SAFETY: mapped in `Device::map_pages` with these parameters.
-        unsafe {
-            bindings::rsrdma_dma_unmap_page(
-                self.dev.as_ptr(),
-                self.addr,
-                self.len,
-                DmaDir::ToDevice.raw(),
-            )
-        };
-    }
 }
 
 /// Direction of a DMA mapping.
@@ -242,6 +207,16 @@ impl DmaMap {
     /// The bus address of the start of the buffer.
     pub(crate) fn addr(&self) -> u64 {
         self.addr
+    }
+
+    /// The whole mapping as a local SGE through `lkey`, a key that covers DMA-mapped memory
+    /// (the PD's local DMA key).
+    pub(crate) fn sge(&self, lkey: u32) -> bindings::ib_sge {
+        bindings::ib_sge {
+            addr: self.addr,
+            length: self.len as u32,
+            lkey,
+        }
     }
 
     /// Whether `[offset, offset + len)` lies in the mapping.
@@ -285,7 +260,7 @@ impl DmaMap {
 
 impl Drop for DmaMap {
     fn drop(&mut self) {
-        // SAFETY: mapped in `Device::map_single` with these parameters.
+        // SAFETY: mapped in `Device::map_single` or `Device::map_pages` with these parameters.
         unsafe {
             bindings::rsrdma_dma_unmap_single(
                 self.dev.as_ptr(),
