@@ -161,26 +161,23 @@ int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx
 }
 
 /*
- * The data of @rq when it is one physically contiguous range (a single multi-page bvec): its
- * first page, the offset into it and the length. False for more ranges, none, or a special
- * payload.
+ * The data of @rq as physically contiguous ranges (multi-page bvecs), stored in @bv: their
+ * number, or 0 when there are more than @max, none, or a special payload.
  */
-bool rsrdma_rq_single_bvec(struct request *rq, struct page **page, u32 *offset, u32 *len)
+unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max)
 {
 	struct req_iterator iter;
-	struct bio_vec bv;
+	struct bio_vec v;
 	unsigned int n = 0;
 
 	if ((rq->rq_flags & RQF_SPECIAL_PAYLOAD) || !rq->bio)
-		return false;
-	rq_for_each_bvec(bv, rq, iter) {
-		if (n++)
-			return false;
-		*page = bv.bv_page;
-		*offset = bv.bv_offset;
-		*len = bv.bv_len;
+		return 0;
+	rq_for_each_bvec(v, rq, iter) {
+		if (n == max)
+			return 0;
+		bv[n++] = v;
 	}
-	return n == 1;
+	return n;
 }
 
 u16 rsrdma_nvme_cid(struct request *rq)

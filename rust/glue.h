@@ -55,7 +55,7 @@ bool rsrdma_rq_is_write(struct request *rq);
 unsigned short rsrdma_rq_nr_phys_segments(struct request *rq);
 typedef int (*rsrdma_segment_fn)(void *ctx, void *va, unsigned int len);
 int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx);
-bool rsrdma_rq_single_bvec(struct request *rq, struct page **page, u32 *offset, u32 *len);
+unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max);
 u16 rsrdma_nvme_cid(struct request *rq);
 struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id);
 bool rsrdma_nvme_try_complete_req(struct request *rq, __le16 status, __le64 result);

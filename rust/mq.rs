@@ -22,8 +22,7 @@ use crate::proto::capsule::{self, SQE_SIZE};
 use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl};
 use crate::proto::spread::Owner;
-use crate::queue::{Conn, InCapsule, Queue};
-use crate::rdma::DmaMap;
+use crate::queue::{Conn, DataSges, InCapsule, PageMaps, Queue, MAX_PAGE_SGES};
 use crate::request::{
     BlkStatus, Hctx, OwnedRq, Pdu, Rq, TimedOutRq, BLK_STS_IOERR, BLK_STS_OK, BLK_STS_RESOURCE,
 };
@@ -58,7 +57,7 @@ pub(crate) struct Request {
     /// A write's own pages, when its in-capsule data is sent from them instead of the pool
     /// (see `own_pages`). Released by the send's completion (`pages_send_done`), or by
     /// `unmap_data` when the request ends first (the queue was flushed, or nothing was sent).
-    pages: TakeCell<DmaMap>,
+    pages: TakeCell<PageMaps>,
     /// Completion entry of that send.
     send_cqe: Opaque<bindings::ib_cqe>,
 }
@@ -340,9 +339,9 @@ fn map_command(
     };
     let desc = if len == 0 {
         KeyedSgl::default().encode()
-    } else if let Some(sge) = own_pages(queue, conn, rq, len, is_write) {
+    } else if let Some(sges) = own_pages(queue, conn, rq, len, is_write) {
         req.refs.store(2, Ordering::Relaxed);
-        inline = Some(InCapsule::Pages(sge, req.send_cqe.get()));
+        inline = Some(InCapsule::Pages(sges, req.send_cqe.get()));
         Some(in_capsule())
     } else {
         // SAFETY: the controller's set-up work registers the pool before any command is sent
@@ -404,34 +403,41 @@ fn map_command(
 
 /// Maps the pages of a write whose data goes in the capsule, to send them as they are: a
 /// copy into the pool would cost more than the send's completion, which the mapping needs
-/// (see [`InCapsule::Pages`]). The data must be one contiguous range (a send here has room for
-/// one data SGE). Returns the data's SGE, the mapping being kept in the request; `None` to go
-/// through the pool instead.
+/// (see [`InCapsule::Pages`]). The data must be in at most as many physically contiguous
+/// ranges as the send has room for ([`Conn::data_sges`], as many as the C driver's: data that
+/// fits in a capsule of a page is never more than two). Returns the data's SGEs, the mappings
+/// being kept in the request; `None` to go through the pool instead.
 fn own_pages(
     queue: &Queue,
     conn: &Conn,
     rq: &OwnedRq<'_, Request>,
     len: u32,
     is_write: bool,
-) -> Option<bindings::ib_sge> {
+) -> Option<DataSges> {
     if !is_write || !queue.ctrl().inline_fits(queue.qid(), len) {
         return None;
     }
-    let range = rq.single_range().filter(|r| r.len == len)?;
-    // SAFETY: the request keeps its pages until it ends, and the mapping is released before
+    let ranges = rq.ranges::<MAX_PAGE_SGES>()?;
+    let total: u64 = ranges.iter().map(|r| u64::from(r.len)).sum();
+    if ranges.len() > conn.data_sges() || total != u64::from(len) {
+        return None;
+    }
+    // SAFETY: the request keeps its pages until it ends, and the mappings are released before
     // it does: by the send's completion, or by `unmap_data`, which every end of the request
     // passes through (`complete`, or `queue_rq` when nothing was sent).
-    let (pages, sge) = unsafe { conn.map_pages(range) }.ok()?;
+    let (pages, sges) = unsafe { conn.map_pages(&ranges) }.ok()?;
     rq.pdu().pages.put(pages).ok()?;
     dbg_event!(
         Io,
         queue.ctrl().nvme().as_ptr(),
-        "queue {} tag {}: {} bytes in capsule, from its pages",
+        "queue {} tag {}: {} bytes in capsule, from its pages in {} range{}",
         queue.qid(),
         rq.tag(),
-        len
+        len,
+        ranges.len(),
+        if ranges.len() == 1 { "" } else { "s" }
     );
-    Some(sge)
+    Some(sges)
 }
 
 /// Sends a large transfer's command on the controller's next I/O queue in turn, when that is

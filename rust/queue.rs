@@ -41,6 +41,10 @@ const REG_TIMEOUT_MS: u32 = 5000;
 /// One command send in this many asks for a completion (see `Queue::post_command`), or in
 /// fewer on a shallow queue (see `Conn::signal_mask`).
 const SIGNAL_EVERY: u32 = 16;
+/// The most ranges of a request's own pages one command send carries as in-capsule data (see
+/// [`InCapsule::Pages`]), when the device has the gather elements: as many as the C driver
+/// (`NVME_RDMA_MAX_INLINE_SEGMENTS`).
+pub(crate) const MAX_PAGE_SGES: usize = 4;
 
 /// Queue flag bits.
 const ALLOCATED: u32 = 1 << 0;
@@ -124,6 +128,9 @@ pub(crate) struct Conn {
     lkey: u32,
     /// The QP takes a whole command capsule as inline data (see `Queue::post_capsule`).
     inline_capsule: bool,
+    /// How many data SGEs a command send may have after the capsule's (at least 1, at most
+    /// [`MAX_PAGE_SGES`]): the QP's send SGEs less one.
+    data_sges: usize,
     /// One command send in `signal_mask + 1` asks for a completion: [`SIGNAL_EVERY`], or the
     /// largest power of two not above the depth, so that the sends a provider may hold until
     /// the next signaled completion (fewer than that) fit beside the depth's own in the send
@@ -141,18 +148,59 @@ impl Conn {
         &self.cq
     }
 
-    /// Maps `range` for this connection's device to read, as [`InCapsule::Pages`] data: the
-    /// mapping, and its SGE through the PD's local DMA key.
+    /// How many ranges of a request's own pages a command send may carry.
+    pub(crate) fn data_sges(&self) -> usize {
+        self.data_sges
+    }
+
+    /// Maps `ranges` (at most [`Conn::data_sges`]) for this connection's device to read, as
+    /// [`InCapsule::Pages`] data: the mappings, and their SGEs through the PD's local DMA key.
     ///
     /// # Safety
     ///
-    /// As for [`Device::map_pages`].
-    pub(crate) unsafe fn map_pages(&self, range: PageRange) -> Result<(DmaMap, bindings::ib_sge)> {
+    /// As for [`Device::map_pages`], for each range.
+    pub(crate) unsafe fn map_pages(&self, ranges: &[PageRange]) -> Result<(PageMaps, DataSges)> {
+        if ranges.len() > self.data_sges {
+            return Err(EINVAL);
+        }
         let dev = self.qp.device().ok_or(ENODEV)?;
-        // SAFETY: per the contract.
-        let pages = unsafe { dev.map_pages(range) }?;
-        let sge = pages.sge(self.lkey);
-        Ok((pages, sge))
+        let mut maps = PageMaps::default();
+        let mut sges = DataSges::default();
+        for (i, range) in ranges.iter().enumerate() {
+            // SAFETY: per the contract. On an error, the ranges mapped so far are unmapped as
+            // `maps` drops.
+            let map = unsafe { dev.map_pages(*range) }?;
+            sges.sge[i] = map.sge(self.lkey);
+            sges.n = i + 1;
+            maps.0[i] = Some(map);
+        }
+        Ok((maps, sges))
+    }
+}
+
+/// The mappings of in-capsule data sent from a request's own pages, one per range (see
+/// [`InCapsule::Pages`]); unmapped on drop.
+#[derive(Default)]
+pub(crate) struct PageMaps([Option<DmaMap>; MAX_PAGE_SGES]);
+
+/// The SGEs of a command send's in-capsule data (see [`InCapsule`]).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct DataSges {
+    sge: [bindings::ib_sge; MAX_PAGE_SGES],
+    n: usize,
+}
+
+impl DataSges {
+    /// Data in one element.
+    pub(crate) fn one(sge: bindings::ib_sge) -> Self {
+        let mut sges = Self::default();
+        sges.sge[0] = sge;
+        sges.n = 1;
+        sges
+    }
+
+    fn as_slice(&self) -> &[bindings::ib_sge] {
+        &self.sge[..self.n]
     }
 }
 
@@ -408,7 +456,10 @@ impl Queue {
         // that completed unsignaled at the next signaled completion.
         attr.cap.max_send_wr = 2 * depth + 3;
         attr.cap.max_recv_wr = depth + 1;
-        attr.cap.max_send_sge = 2;
+        // The capsule and its in-capsule data: one pool slice, or up to `MAX_PAGE_SGES` ranges
+        // of a request's own pages. Every device that can carry NVMe/RDMA has two.
+        let data_sges = (dev.max_send_sge().saturating_sub(1) as usize).clamp(1, MAX_PAGE_SGES);
+        attr.cap.max_send_sge = 1 + data_sges as u32;
         attr.cap.max_recv_sge = 1;
         // Room to send a capsule without data as inline data, when the device has it.
         attr.cap.max_inline_data = SQE_SIZE as u32;
@@ -433,6 +484,7 @@ impl Queue {
             rsp_map,
             lkey: pd.local_dma_lkey(),
             inline_capsule,
+            data_sges,
             signal_mask: prev_power_of_two(depth.clamp(1, SIGNAL_EVERY)) - 1,
         };
 
@@ -503,14 +555,16 @@ impl Queue {
         dbg_event!(
             Queue,
             nvme,
-            "queue {}: connected, depth {}, capsules {}",
+            "queue {}: connected, depth {}, capsules {}, in-capsule data from up to {} page range{}",
             self.qid,
             depth,
             if inline_capsule {
                 "inline"
             } else {
                 "by reference"
-            }
+            },
+            data_sges,
+            if data_sges == 1 { "" } else { "s" }
         );
         Ok(())
     }
@@ -881,15 +935,15 @@ impl Queue {
     ) -> Result {
         let n = self.sends.fetch_add(1, Ordering::Relaxed);
         let now_and_then = n & conn.signal_mask == conn.signal_mask;
-        let (sge, cqe, signaled) = match data {
-            None => (None, self.send_cqe.get(), now_and_then),
-            Some(InCapsule::Pool(sge)) => (Some(sge), self.send_cqe.get(), now_and_then),
-            Some(InCapsule::Pages(sge, cqe)) => (Some(sge), cqe, true),
+        let (sges, cqe, signaled) = match data {
+            None => (DataSges::default(), self.send_cqe.get(), now_and_then),
+            Some(InCapsule::Pool(sge)) => (DataSges::one(sge), self.send_cqe.get(), now_and_then),
+            Some(InCapsule::Pages(sges, cqe)) => (sges, cqe, true),
         };
         // SAFETY: `send_cqe` lives in the queue, which outlives the QP; a `Pages` completion
         // entry lives until the send completes (see `InCapsule`); `index` and `data` per the
         // contract.
-        unsafe { self.post_capsule(conn, sqe, index, cqe, signaled, sge) }
+        unsafe { self.post_capsule(conn, sqe, index, cqe, signaled, sges.as_slice()) }
     }
 
     /// Posts the SEND of capsule `sqe`: as inline data when there is no in-capsule data and the
@@ -899,8 +953,9 @@ impl Queue {
     /// # Safety
     ///
     /// Ring entry `index`, if any, must be the caller's until the send completes or the QP is
-    /// drained; so must `cqe`; `inline` must describe memory the device may read through its
-    /// key until then (registered pool memory, or pages mapped for the device).
+    /// drained; so must `cqe`; `inline` (at most [`Conn::data_sges`] elements) must describe
+    /// memory the device may read through its key until then (registered pool memory, or pages
+    /// mapped for the device).
     unsafe fn post_capsule(
         &self,
         conn: &Conn,
@@ -908,8 +963,11 @@ impl Queue {
         index: Option<usize>,
         cqe: *mut bindings::ib_cqe,
         signaled: bool,
-        inline: Option<bindings::ib_sge>,
+        inline: &[bindings::ib_sge],
     ) -> Result {
+        if inline.len() > conn.data_sges {
+            return Err(EINVAL);
+        }
         let mut send_flags = if signaled {
             bindings::ib_send_flags_IB_SEND_SIGNALED
         } else {
@@ -918,7 +976,7 @@ impl Queue {
         // A capsule without in-capsule data goes as inline data when the QP has room: the
         // provider copies its 64 bytes into the work request at post time instead of fetching
         // them by key when it transmits. Inline SGEs carry CPU addresses.
-        let capsule = if inline.is_none() && conn.inline_capsule {
+        let capsule = if inline.is_empty() && conn.inline_capsule {
             send_flags |= bindings::ib_send_flags_IB_SEND_INLINE;
             bindings::ib_sge {
                 addr: sqe.as_ptr() as u64,
@@ -943,10 +1001,14 @@ impl Queue {
                 lkey: conn.lkey,
             }
         };
-        let mut sge = [capsule, inline.unwrap_or_default()];
+        let mut sge = [bindings::ib_sge::default(); 1 + MAX_PAGE_SGES];
+        sge[0] = capsule;
+        for (to, from) in sge[1..].iter_mut().zip(inline) {
+            *to = *from;
+        }
         let mut wr = bindings::ib_send_wr {
             sg_list: sge.as_mut_ptr(),
-            num_sge: if inline.is_some() { 2 } else { 1 },
+            num_sge: 1 + inline.len() as i32,
             opcode: bindings::ib_wr_opcode_IB_WR_SEND,
             send_flags,
             ..Default::default()
@@ -1004,7 +1066,7 @@ impl Queue {
         // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding;
         // `aen_cqe` lives in the queue.
         let res =
-            unsafe { self.post_capsule(conn, &cmd, Some(index), self.aen_cqe.get(), true, None) };
+            unsafe { self.post_capsule(conn, &cmd, Some(index), self.aen_cqe.get(), true, &[]) };
         if let Err(e) = res {
             log_err!(
                 self.nvme(),
@@ -1039,10 +1101,11 @@ pub(crate) enum InCapsule {
     /// A slice of the registered pool, through the pool MR's local key. The send asks for a
     /// completion only now and then: the pool stays registered until the QP is drained.
     Pool(bindings::ib_sge),
-    /// The request's own pages, mapped for the device and named through the PD's local DMA
-    /// key. The send always asks for a completion, which `cqe` receives; the pages must stay
-    /// mapped, and `cqe` valid, until it has run (or the QP is drained).
-    Pages(bindings::ib_sge, *mut bindings::ib_cqe),
+    /// The request's own pages, in up to [`Conn::data_sges`] ranges mapped for the device
+    /// ([`Conn::map_pages`]) and named through the PD's local DMA key. The send always asks
+    /// for a completion, which `cqe` receives; the pages must stay mapped, and `cqe` valid,
+    /// until it has run (or the QP is drained).
+    Pages(DataSges, *mut bindings::ib_cqe),
 }
 
 // --- Callbacks from the RDMA core ---------------------------------------------------------

@@ -67,6 +67,11 @@ impl Device {
         self.attrs().max_fast_reg_page_list_len
     }
 
+    /// The most gather elements a send work request may have on this device.
+    pub(crate) fn max_send_sge(&self) -> u32 {
+        self.attrs().max_send_sge.max(0) as u32
+    }
+
     pub(crate) fn max_qp_rd_atom(&self) -> i32 {
         self.attrs().max_qp_rd_atom
     }
@@ -168,13 +173,22 @@ impl Device {
     }
 }
 
-/// A physically contiguous range of memory given by its first page (a request's data, see
-/// [`OwnedRq::single_range`](crate::request::OwnedRq::single_range)).
+/// A physically contiguous range of memory given by its first page (a piece of a request's
+/// data, see [`OwnedRq::ranges`](crate::request::OwnedRq::ranges)).
 #[derive(Clone, Copy)]
 pub(crate) struct PageRange {
     pub(crate) page: NonNull<bindings::page>,
     pub(crate) offset: u32,
     pub(crate) len: u32,
+}
+
+impl PageRange {
+    /// A placeholder for the unused entries of an array of ranges; it names no memory.
+    pub(crate) const EMPTY: Self = Self {
+        page: NonNull::dangling(),
+        offset: 0,
+        len: 0,
+    };
 }
 
 /// Direction of a DMA mapping.

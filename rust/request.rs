@@ -202,21 +202,26 @@ impl<'a, T: Pdu> OwnedRq<'a, T> {
         unsafe { bindings::rsrdma_rq_visit_segments(self.ptr(), Some(visit::<F>), ctx) };
     }
 
-    /// The request's data when it is one physically contiguous range; `None` when it is more,
+    /// The request's data as at most `N` physically contiguous ranges; `None` when it is more,
     /// none, or a special payload (the range list of a discard, which the core allocates).
-    pub(crate) fn single_range(&self) -> Option<PageRange> {
-        let mut page = core::ptr::null_mut();
-        let (mut offset, mut len) = (0, 0);
-        // SAFETY: an owned request, whose bios do not change while it is ours; the outputs
-        // are local.
-        let one = unsafe {
-            bindings::rsrdma_rq_single_bvec(self.ptr(), &mut page, &mut offset, &mut len)
+    pub(crate) fn ranges<const N: usize>(&self) -> Option<Ranges<N>> {
+        let mut bv = [bindings::bio_vec::default(); N];
+        // SAFETY: an owned request, whose bios do not change while it is ours; the glue stores
+        // at most `N` entries into the local array.
+        let n = unsafe { bindings::rsrdma_rq_bvecs(self.ptr(), bv.as_mut_ptr(), N as u32) };
+        let n = (n as usize).min(N);
+        let mut ranges = Ranges {
+            ranges: [PageRange::EMPTY; N],
+            n,
         };
-        Some(PageRange {
-            page: NonNull::new(page).filter(|_| one)?,
-            offset,
-            len,
-        })
+        for (r, bv) in ranges.ranges.iter_mut().zip(&bv[..n]) {
+            *r = PageRange {
+                page: NonNull::new(bv.bv_page)?,
+                offset: bv.bv_offset,
+                len: bv.bv_len,
+            };
+        }
+        (n > 0).then_some(ranges)
     }
 
     /// Whether controller `ctrl` can take the request now (`nvme_check_ready`).
@@ -561,5 +566,19 @@ impl<'a, T: Pdu> Tags<'a, T> {
         let rq = unsafe { bindings::rsrdma_nvme_find_rq(self.ptr.as_ptr(), cid) };
         // SAFETY: a request of the set, whose PDU is a `T`; allocated as said above.
         (!rq.is_null()).then(|| unsafe { Rq::from_raw(rq) })
+    }
+}
+
+/// A request's data as physically contiguous ranges, at most `N` (see [`OwnedRq::ranges`]).
+pub(crate) struct Ranges<const N: usize> {
+    ranges: [PageRange; N],
+    n: usize,
+}
+
+impl<const N: usize> core::ops::Deref for Ranges<N> {
+    type Target = [PageRange];
+
+    fn deref(&self) -> &[PageRange] {
+        &self.ranges[..self.n]
     }
 }

@@ -43,7 +43,7 @@ queues_used() { # DEV
 }
 
 ktap_header
-ktap_plan 23
+ktap_plan 25
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -214,53 +214,91 @@ host_disconnect_all
 rm -f "$TARGET_TMPFS/ns2.img"
 
 # --- in-capsule data ----------------------------------------------------------------------------
-# nvmet-rdma advertises in-capsule data (SGLS bit 20, inline_data_size = a page): 4 KiB writes on
-# I/O queues travel inside the command capsule; the io debug class says so per command. Data in
-# one contiguous range is sent from the request's own pages; data in several (here two halves
-# from two pages, written with one pwritev) is copied into the pool first (Documentation/design.rst,
-# "The data path"). Both must read back.
+# nvmet-rdma advertises in-capsule data (SGLS bit 20, inline_data_size = a page, here; a port can
+# be given up to 16 KiB): writes that fit travel inside the command capsule on I/O queues, and
+# the io debug class says so per command. Data in up to 4 physically contiguous ranges (the send's
+# gather elements after the capsule's) is sent from the request's own pages; data in more is
+# copied into the pool first (Documentation/design.rst, "The data path"). Every write must read
+# back. The pieces are written with one pwritev: the tail of one page, whole pages, the head of
+# another, as the NVMe core's virtual boundary lets the block layer keep them in one request.
+inline_write() { # DEV BLOCK RANGES: write (RANGES-1)*4 KiB at 4 KiB block BLOCK in RANGES pieces
+	python3 - "$@" <<'PY'
+import mmap, os, sys
+dev, block, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+P = mmap.PAGESIZE
+half = P // 2
+data = os.urandom(P if n == 1 else (n - 1) * P)
+# Pages 2(n-1), ..., 2, 0 of a buffer whose pages are touched in ascending order: consecutive
+# pieces are never physically adjacent pages (which the block layer would merge into one range),
+# however the allocator hands them out in order.
+buf = memoryview(mmap.mmap(-1, 2 * n * P))
+buf[0:2 * n * P] = bytes(2 * n * P)
+pages = [2 * (n - 1 - i) for i in range(n)]
+if n == 1:
+    iov = [buf[0:P]]
+else:
+    iov = [buf[pages[0] * P + half:(pages[0] + 1) * P]]
+    iov += [buf[p * P:(p + 1) * P] for p in pages[1:-1]]
+    iov += [buf[pages[-1] * P:pages[-1] * P + half]]
+at = 0
+for piece in iov:
+    piece[:] = data[at:at + len(piece)]
+    at += len(piece)
+fd = os.open(dev, os.O_RDWR | os.O_DIRECT)
+os.pwritev(fd, iov, block * P)
+back = mmap.mmap(-1, len(data))
+os.preadv(fd, [back], block * P)
+os.close(fd)
+sys.exit(0 if back[:] == data else 1)
+PY
+}
+capsule_lines() { dmesg | grep -c "bytes in capsule, $1"; }
+# capsule_case DEV BLOCK RANGES WHAT: the write reads back and adds one "bytes in capsule, WHAT"
+# line
+capsule_case() {
+	local before after ok=0
+	before=$(capsule_lines "$4")
+	inline_write "$1" "$2" "$3" || ok=1
+	after=$(capsule_lines "$4")
+	dmesg | grep 'bytes in capsule' | tail -n 1
+	((ok == 0 && after == before + 1))
+}
+echo 'module nvme_rsrdma func rsrdma_dbg_io +p' >/sys/kernel/debug/dynamic_debug/control
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
-echo 'module nvme_rsrdma func rsrdma_dbg_io +p' >/sys/kernel/debug/dynamic_debug/control
-own0=$(dmesg | grep -c 'bytes in capsule, from its pages')
-head -c 4096 /dev/urandom >/tmp/rsrdma-4k
-dd if=/tmp/rsrdma-4k of="$dev" bs=4k count=1 oflag=direct seek=7 2>/dev/null
-dd if="$dev" of=/tmp/rsrdma-4k.back bs=4k count=1 iflag=direct skip=7 2>/dev/null
-own1=$(dmesg | grep -c 'bytes in capsule, from its pages')
-copied0=$(dmesg | grep -c 'bytes in capsule, copied')
-python3 - "$dev" /tmp/rsrdma-4k2 <<'PY'
-import mmap, os, sys
-data = os.urandom(4096)
-open(sys.argv[2], "wb").write(data)
-P = mmap.PAGESIZE
-buf = memoryview(mmap.mmap(-1, 3 * P))
-# Pages touched in order: physically ascending or descending, never the third right before the
-# first. The first half ends the third page, the second starts the first: two ranges, which the
-# block layer keeps in one request (no gap inside a page, as the NVMe core's virtual boundary
-# asks).
-buf[0:3 * P] = bytes(3 * P)
-buf[3 * P - 2048:3 * P] = data[:2048]
-buf[0:2048] = data[2048:]
-fd = os.open(sys.argv[1], os.O_WRONLY | os.O_DIRECT)
-os.pwritev(fd, [buf[3 * P - 2048:3 * P], buf[0:2048]], 9 * 4096)
-os.close(fd)
-PY
-dd if="$dev" of=/tmp/rsrdma-4k2.back bs=4k count=1 iflag=direct skip=9 2>/dev/null
-copied1=$(dmesg | grep -c 'bytes in capsule, copied')
+ktap_check "4 KiB write in one range goes in the command capsule from its own pages and reads back" \
+	capsule_case "$dev" 7 1 "from its pages in 1 range"
+ktap_check "4 KiB write in two pieces goes in the command capsule from its own pages and reads back" \
+	capsule_case "$dev" 9 2 "from its pages in 2 ranges"
+host_disconnect_all
+# A second port, at the next service ID, with 16 KiB of in-capsule data.
+inline16=$NVMET_CFS/ports/4
+port16() {
+	mkdir -p "$inline16" && _w rdma "$inline16/addr_trtype" && _w ipv4 "$inline16/addr_adrfam" &&
+		_w "$TARGET_ADDR" "$inline16/addr_traddr" && _w $((TARGET_PORT + 1)) "$inline16/addr_trsvcid" &&
+		_w 16384 "$inline16/param_inline_data_size" &&
+		ln -s "$NVMET_CFS/subsystems/$NQN_NULL" "$inline16/subsystems/$NQN_NULL" &&
+		timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s $((TARGET_PORT + 1)) \
+			-n "$NQN_NULL" | ktap_diag && wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+}
+if port16; then
+	dev=$(nvme_dev_for_nqn "$NQN_NULL")
+	ktap_check "12 KiB write in four pieces goes in a 16 KiB capsule from its own pages and reads back" \
+		capsule_case "$dev" 16 4 "from its pages in 4 ranges"
+	ktap_check "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back" \
+		capsule_case "$dev" 24 5 "copied"
+else
+	ktap_fail "12 KiB write in four pieces goes in a 16 KiB capsule from its own pages and reads back"
+	ktap_fail "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back"
+fi
 echo 'module nvme_rsrdma func rsrdma_dbg_io -p' >/sys/kernel/debug/dynamic_debug/control
-dmesg | grep 'bytes in capsule' | tail -n 2 | ktap_diag
-ktap_diag "sent from the request's pages: $((own1 - own0)), copied: $((copied1 - copied0))"
-if ((own1 > own0)) && cmp -s /tmp/rsrdma-4k /tmp/rsrdma-4k.back; then
-	ktap_ok "4 KiB write goes in the command capsule from its own pages and reads back"
-else
-	ktap_fail "4 KiB write goes in the command capsule from its own pages and reads back"
-fi
-if ((copied1 > copied0)) && cmp -s /tmp/rsrdma-4k2 /tmp/rsrdma-4k2.back; then
-	ktap_ok "4 KiB write in two pieces goes in the command capsule through the pool and reads back"
-else
-	ktap_fail "4 KiB write in two pieces goes in the command capsule through the pool and reads back"
-fi
+host_disconnect_all
+rm -f "$inline16/subsystems/$NQN_NULL"
+rmdir "$inline16" 2>/dev/null
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
 
 # --- prompt completions -------------------------------------------------------------------------
 # Soft-RoCE signals completions from a kernel worker; with one command outstanding the queue's
