@@ -161,7 +161,7 @@ int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx
 }
 
 /*
- * The data of @rq as physically contiguous ranges (multi-page bvecs), stored in @bv: their
+ * The data of @rq as its multi-page bvecs (each physically contiguous), stored in @bv: their
  * number, or 0 when there are more than @max, none, or a special payload.
  */
 unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max)

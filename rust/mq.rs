@@ -7,7 +7,8 @@
 //! - `queue_rq`: the core builds the command; the data gets a slice of the registered pool
 //!   (its tag's slot, or a block of the large area); writes are copied in; the command gets one
 //!   SGL descriptor (keyed: pool address, length, the pool's RKEY; or in-capsule for small
-//!   writes, sent from the request's own pages when they are one range) and is sent.
+//!   writes, sent from the request's own pages when the send has an SGE for each of their
+//!   ranges) and is sent.
 //! - The request completes when its response arrives (sends are signaled only now and then,
 //!   see `Queue::post_command`), and the send of its own pages, if any, completed; reads are
 //!   copied out of the pool in `complete`, on the submitting CPU, and the slice is returned.
@@ -403,10 +404,10 @@ fn map_command(
 
 /// Maps the pages of a write whose data goes in the capsule, to send them as they are: a
 /// copy into the pool would cost more than the send's completion, which the mapping needs
-/// (see [`InCapsule::Pages`]). The data must be in at most as many physically contiguous
-/// ranges as the send has room for ([`Conn::data_sges`], as many as the C driver's: data that
-/// fits in a capsule of a page is never more than two). Returns the data's SGEs, the mappings
-/// being kept in the request; `None` to go through the pool instead.
+/// (see [`InCapsule::Pages`]). The data must be in no more ranges (bvecs) than the send has
+/// SGEs for ([`Conn::data_sges`], as many as the C driver's; 4 KiB of data aligned to the
+/// NVMe core's 4 KiB virtual boundary is never more than two). Returns the data's SGEs, the
+/// mappings being kept in the request; `None` to go through the pool instead.
 fn own_pages(
     queue: &Queue,
     conn: &Conn,

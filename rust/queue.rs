@@ -167,8 +167,9 @@ impl Conn {
         let mut maps = PageMaps::default();
         let mut sges = DataSges::default();
         for (i, range) in ranges.iter().enumerate() {
-            // SAFETY: per the contract. On an error, the ranges mapped so far are unmapped as
-            // `maps` drops.
+            // On an error the ranges mapped so far are unmapped as `maps` drops.
+            // SAFETY: the caller guarantees that the pages of every range outlive the mappings
+            // returned (this function's contract, which is `Device::map_pages`' own).
             let map = unsafe { dev.map_pages(*range) }?;
             sges.sge[i] = map.sge(self.lkey);
             sges.n = i + 1;
@@ -555,7 +556,7 @@ impl Queue {
         dbg_event!(
             Queue,
             nvme,
-            "queue {}: connected, depth {}, capsules {}, in-capsule data from up to {} page range{}",
+            "queue {}: connected, depth {}, capsules {}, {} send SGEs",
             self.qid,
             depth,
             if inline_capsule {
@@ -563,8 +564,7 @@ impl Queue {
             } else {
                 "by reference"
             },
-            data_sges,
-            if data_sges == 1 { "" } else { "s" }
+            1 + data_sges
         );
         Ok(())
     }

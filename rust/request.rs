@@ -202,8 +202,10 @@ impl<'a, T: Pdu> OwnedRq<'a, T> {
         unsafe { bindings::rsrdma_rq_visit_segments(self.ptr(), Some(visit::<F>), ctx) };
     }
 
-    /// The request's data as at most `N` physically contiguous ranges; `None` when it is more,
-    /// none, or a special payload (the range list of a discard, which the core allocates).
+    /// The request's data as its bvecs, each a physically contiguous range (neighbours may be
+    /// contiguous too: they count apart), when there are at most `N`; `None` when there are
+    /// more, none, or a special payload (the range list of a discard, which the core
+    /// allocates).
     pub(crate) fn ranges<const N: usize>(&self) -> Option<Ranges<N>> {
         let mut bv = [bindings::bio_vec::default(); N];
         // SAFETY: an owned request, whose bios do not change while it is ours; the glue stores
@@ -569,7 +571,7 @@ impl<'a, T: Pdu> Tags<'a, T> {
     }
 }
 
-/// A request's data as physically contiguous ranges, at most `N` (see [`OwnedRq::ranges`]).
+/// A request's data as ranges, at most `N` (see [`OwnedRq::ranges`]).
 pub(crate) struct Ranges<const N: usize> {
     ranges: [PageRange; N],
     n: usize,

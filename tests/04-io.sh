@@ -221,11 +221,13 @@ rm -f "$TARGET_TMPFS/ns2.img"
 # copied into the pool first (Documentation/design.rst, "The data path"). Every write must read
 # back. The pieces are written with one pwritev: the tail of one page, whole pages, the head of
 # another, as the NVMe core's virtual boundary lets the block layer keep them in one request.
-inline_write() { # DEV BLOCK RANGES: write (RANGES-1)*4 KiB at 4 KiB block BLOCK in RANGES pieces
+# inline_write DEV BLOCK RANGES: write at 4 KiB block BLOCK, in RANGES pieces, 4 KiB (one piece)
+# or (RANGES-1)*4 KiB (a half page, whole pages, a half page); read it back and compare.
+inline_write() {
 	python3 - "$@" <<'PY'
 import mmap, os, sys
 dev, block, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-P = mmap.PAGESIZE
+P = 4096  # the NVMe core's virtual boundary (and the guest's page size)
 half = P // 2
 data = os.urandom(P if n == 1 else (n - 1) * P)
 # Pages 2(n-1), ..., 2, 0 of a buffer whose pages are touched in ascending order: consecutive
@@ -253,15 +255,15 @@ sys.exit(0 if back[:] == data else 1)
 PY
 }
 capsule_lines() { dmesg | grep -c "bytes in capsule, $1"; }
-# capsule_case DEV BLOCK RANGES WHAT: the write reads back and adds one "bytes in capsule, WHAT"
-# line
+# capsule_case DEV BLOCK RANGES WHAT: the write reads back, and was logged as "bytes in capsule,
+# WHAT" (once, or again if it was retried)
 capsule_case() {
 	local before after ok=0
 	before=$(capsule_lines "$4")
 	inline_write "$1" "$2" "$3" || ok=1
 	after=$(capsule_lines "$4")
 	dmesg | grep 'bytes in capsule' | tail -n 1
-	((ok == 0 && after == before + 1))
+	((ok == 0 && after > before))
 }
 echo 'module nvme_rsrdma func rsrdma_dbg_io +p' >/sys/kernel/debug/dynamic_debug/control
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
@@ -272,9 +274,13 @@ ktap_check "4 KiB write in one range goes in the command capsule from its own pa
 ktap_check "4 KiB write in two pieces goes in the command capsule from its own pages and reads back" \
 	capsule_case "$dev" 9 2 "from its pages in 2 ranges"
 host_disconnect_all
-# A second port, at the next service ID, with 16 KiB of in-capsule data.
+# A second port, at the next service ID, with 16 KiB of in-capsule data. nvmet-rdma sizes its
+# receive buffers per RDMA device, from the port of the first queue while any queue exists, and
+# frees the queues of a disconnect asynchronously: the port is used once they are all gone.
 inline16=$NVMET_CFS/ports/4
+no_qps() { [ "$(rdma resource show qp 2>/dev/null | grep -c 'type RC')" = 0 ]; }
 port16() {
+	wait_for 30 no_qps || ktap_diag "RC QPs left after disconnecting: $(rdma resource show qp | grep -c 'type RC')"
 	mkdir -p "$inline16" && _w rdma "$inline16/addr_trtype" && _w ipv4 "$inline16/addr_adrfam" &&
 		_w "$TARGET_ADDR" "$inline16/addr_traddr" && _w $((TARGET_PORT + 1)) "$inline16/addr_trsvcid" &&
 		_w 16384 "$inline16/param_inline_data_size" &&
