@@ -405,7 +405,7 @@ fn map_command(
 /// Maps the pages of a write whose data goes in the capsule, to send them as they are: a
 /// copy into the pool would cost more than the send's completion, which the mapping needs
 /// (see [`InCapsule::Pages`]). The data must be in no more ranges (bvecs) than the send has
-/// SGEs for ([`Conn::data_sges`], as many as the C driver's; 4 KiB of data aligned to the
+/// SGEs for (`Conn::data_sges`, as many as the C driver's; 4 KiB of data aligned to the
 /// NVMe core's 4 KiB virtual boundary is never more than two). Returns the data's SGEs, the
 /// mappings being kept in the request; `None` to go through the pool instead.
 fn own_pages(
@@ -420,9 +420,10 @@ fn own_pages(
     }
     let ranges = rq.ranges::<MAX_PAGE_SGES>()?;
     let total: u64 = ranges.iter().map(|r| u64::from(r.len)).sum();
-    if ranges.len() > conn.data_sges() || total != u64::from(len) {
+    if total != u64::from(len) {
         return None;
     }
+    // Refused when the device gives a send fewer SGEs than the ranges need: the pool then.
     // SAFETY: the request keeps its pages until it ends, and the mappings are released before
     // it does: by the send's completion, or by `unmap_data`, which every end of the request
     // passes through (`complete`, or `queue_rq` when nothing was sent).

@@ -148,13 +148,9 @@ impl Conn {
         &self.cq
     }
 
-    /// How many ranges of a request's own pages a command send may carry.
-    pub(crate) fn data_sges(&self) -> usize {
-        self.data_sges
-    }
-
-    /// Maps `ranges` (at most [`Conn::data_sges`]) for this connection's device to read, as
-    /// [`InCapsule::Pages`] data: the mappings, and their SGEs through the PD's local DMA key.
+    /// Maps `ranges` for this connection's device to read, as [`InCapsule::Pages`] data: the
+    /// mappings, and their SGEs through the PD's local DMA key. Refuses (`EINVAL`, before
+    /// mapping any) more ranges than a send has SGEs for (`Conn::data_sges`).
     ///
     /// # Safety
     ///
@@ -192,14 +188,6 @@ pub(crate) struct DataSges {
 }
 
 impl DataSges {
-    /// Data in one element.
-    pub(crate) fn one(sge: bindings::ib_sge) -> Self {
-        let mut sges = Self::default();
-        sges.sge[0] = sge;
-        sges.n = 1;
-        sges
-    }
-
     fn as_slice(&self) -> &[bindings::ib_sge] {
         &self.sge[..self.n]
     }
@@ -935,15 +923,19 @@ impl Queue {
     ) -> Result {
         let n = self.sends.fetch_add(1, Ordering::Relaxed);
         let now_and_then = n & conn.signal_mask == conn.signal_mask;
-        let (sges, cqe, signaled) = match data {
-            None => (DataSges::default(), self.send_cqe.get(), now_and_then),
-            Some(InCapsule::Pool(sge)) => (DataSges::one(sge), self.send_cqe.get(), now_and_then),
-            Some(InCapsule::Pages(sges, cqe)) => (sges, cqe, true),
+        let (sges, cqe, signaled) = match &data {
+            None => (&[][..], self.send_cqe.get(), now_and_then),
+            Some(InCapsule::Pool(sge)) => (
+                core::slice::from_ref(sge),
+                self.send_cqe.get(),
+                now_and_then,
+            ),
+            Some(InCapsule::Pages(sges, cqe)) => (sges.as_slice(), *cqe, true),
         };
         // SAFETY: `send_cqe` lives in the queue, which outlives the QP; a `Pages` completion
         // entry lives until the send completes (see `InCapsule`); `index` and `data` per the
         // contract.
-        unsafe { self.post_capsule(conn, sqe, index, cqe, signaled, sges.as_slice()) }
+        unsafe { self.post_capsule(conn, sqe, index, cqe, signaled, sges) }
     }
 
     /// Posts the SEND of capsule `sqe`: as inline data when there is no in-capsule data and the
@@ -953,7 +945,7 @@ impl Queue {
     /// # Safety
     ///
     /// Ring entry `index`, if any, must be the caller's until the send completes or the QP is
-    /// drained; so must `cqe`; `inline` (at most [`Conn::data_sges`] elements) must describe
+    /// drained; so must `cqe`; `inline` (at most `Conn::data_sges` elements) must describe
     /// memory the device may read through its key until then (registered pool memory, or pages
     /// mapped for the device).
     unsafe fn post_capsule(
@@ -1101,7 +1093,7 @@ pub(crate) enum InCapsule {
     /// A slice of the registered pool, through the pool MR's local key. The send asks for a
     /// completion only now and then: the pool stays registered until the QP is drained.
     Pool(bindings::ib_sge),
-    /// The request's own pages, in up to [`Conn::data_sges`] ranges mapped for the device
+    /// The request's own pages, in up to `Conn::data_sges` ranges mapped for the device
     /// ([`Conn::map_pages`]) and named through the PD's local DMA key. The send always asks
     /// for a completion, which `cqe` receives; the pages must stay mapped, and `cqe` valid,
     /// until it has run (or the QP is drained).
