@@ -46,9 +46,18 @@ pub(crate) struct Request {
     queue: *const Queue,
     /// The queue the command was sent on: its own, or another one (see `submit`).
     sent_on: AtomicU16,
-    /// Outstanding completions while in flight: the response, and the send when the data goes
-    /// from the request's own pages; 0 otherwise.
+    /// The parties that may still end the request, each holding one reference; the last to
+    /// drop it ends the request (`end_request`):
+    /// - `queue_rq`, until the command is posted, so that a response, however early, never
+    ///   ends a request that `queue_rq` still uses (or gives back to blk-mq when posting
+    ///   fails);
+    /// - the response;
+    /// - the send's completion, when the in-capsule data goes from the request's own pages.
+    ///
+    /// 0 while the request is not in flight: every end of a request disarms it (`disarm`).
     refs: AtomicU32,
+    /// Whether a response came since the command was armed (`map_command`); set too while the
+    /// request is not in flight, so that a response naming it then is refused.
     responded: AtomicBool,
     status: AtomicU16,
     result: AtomicU64,
@@ -110,8 +119,24 @@ impl Request {
         })
     }
 
-    /// Drops the completion reference: `Some(true)` when it was held, `None` when there was
-    /// none (a completion for a command not in flight).
+    /// Arms the request for a command about to be sent: references for `queue_rq` and the
+    /// response, and `with_send` one for the send's completion.
+    fn arm(&self, with_send: bool) {
+        self.refs.store(2 + u32::from(with_send), Ordering::Relaxed);
+        self.responded.store(false, Ordering::Relaxed);
+    }
+
+    /// Marks the request as not in flight: it ended, or `queue_rq` takes it back unsent. A
+    /// response naming it from now on, until it is armed again, is a stray one (the core's
+    /// command identifier changes only when a response completes a request, so a request
+    /// cancelled or failed keeps its identifier).
+    fn disarm(&self) {
+        self.refs.store(0, Ordering::Relaxed);
+        self.responded.store(true, Ordering::Relaxed);
+    }
+
+    /// Drops a reference: `Some(true)` when it was the last, `None` when there was none (a
+    /// completion for a command not in flight).
     fn put_ref(&self) -> Option<bool> {
         self.refs
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1))
@@ -120,18 +145,26 @@ impl Request {
     }
 }
 
-/// Completes a request whose response arrived.
+/// Ends a request whose last reference was just dropped, with its response's status.
+fn finish(rq: OwnedRq<'_, Request>) {
+    let req = rq.pdu();
+    let (status, result) = (
+        req.status.load(Ordering::Relaxed),
+        req.result.load(Ordering::Relaxed),
+    );
+    if let Some(rq) = rq.try_complete(status, result) {
+        // Not sent to the submitting CPU: ended here.
+        complete(rq);
+    }
+}
+
+/// Drops the reference of the response or of the send's completion, and ends the request if
+/// it was the last.
 fn end_request(req: &Request) {
     match req.put_ref() {
         Some(true) => {
-            let status = req.status.load(Ordering::Relaxed);
-            let result = req.result.load(Ordering::Relaxed);
-            // SAFETY: the request's last completion just arrived: it is ours to end.
-            let rq = unsafe { OwnedRq::assume(Rq::of(req)) };
-            if let Some(rq) = rq.try_complete(status, result) {
-                // Not sent to the submitting CPU: ended here.
-                complete(rq);
-            }
+            // SAFETY: the request's last reference was just dropped: it is ours to end.
+            finish(unsafe { OwnedRq::assume(Rq::of(req)) });
         }
         Some(false) => {}
         None => {
@@ -198,7 +231,7 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
     if req.responded.swap(true, Ordering::AcqRel) {
         log_err!(
             nvme,
-            "queue {}: duplicate response for command_id {:#x}",
+            "queue {}: response for command_id {:#x}, which is not in flight (answered already, or ended without an answer)",
             queue.qid(),
             cqe.command_id
         );
@@ -269,13 +302,14 @@ fn copy_data(pool: &Pool, rq: &OwnedRq<'_, Request>, slice: Slice, to_pool: bool
 }
 
 /// What `submit` did: sent the command, moving this many data bytes, written or not; or failed,
-/// without sending it, and gives the request back.
-type Submitted<'a> = core::result::Result<(u32, bool), (OwnedRq<'a, Request>, Error)>;
+/// without sending it. The request comes back either way.
+type Submitted<'a> =
+    core::result::Result<(OwnedRq<'a, Request>, u32, bool), (OwnedRq<'a, Request>, Error)>;
 
 /// Maps the data of a request into the pool and sends its command; returns the number of data
-/// bytes and whether they are written. Once the command is sent, the response may end the
-/// request at any moment: the handle is given up. On failure, nothing was sent and the
-/// request comes back.
+/// bytes and whether they are written. The request is armed (`Request::arm`): its response
+/// may come as soon as the command is sent, but cannot end it before `queue_rq` drops its
+/// own reference (`sent`). On failure, nothing was sent.
 fn submit<'a>(queue: &Queue, conn: &Conn, rq: OwnedRq<'a, Request>) -> Submitted<'a> {
     let (len, is_write) = (rq.data_len(), rq.is_write());
     let (mut sqe, inline) = match map_command(queue, conn, &rq, len, is_write) {
@@ -285,7 +319,7 @@ fn submit<'a>(queue: &Queue, conn: &Conn, rq: OwnedRq<'a, Request>) -> Submitted
     if len >= crate::glue::spread_bytes() && inline.is_none() {
         if let Some(res) = spread(queue, rq.pdu(), &mut sqe) {
             return match res {
-                Ok(()) => Ok((len, is_write)),
+                Ok(()) => Ok((rq, len, is_write)),
                 Err(e) => Err((rq, e)),
             };
         }
@@ -300,7 +334,7 @@ fn submit<'a>(queue: &Queue, conn: &Conn, rq: OwnedRq<'a, Request>) -> Submitted
     // is in flight; `inline` is pool memory, or the request's pages, mapped until their send
     // completes (see `own_pages`), with the request's own completion entry.
     match unsafe { queue.post_command(conn, &sqe, Some(rq.tag() as usize), inline) } {
-        Ok(()) => Ok((len, is_write)),
+        Ok(()) => Ok((rq, len, is_write)),
         Err(e) => {
             if qid != 0 {
                 queue.return_credit();
@@ -326,8 +360,7 @@ fn map_command(
     let tag = rq.tag();
     let mut sqe = req.sqe();
 
-    req.refs.store(1, Ordering::Relaxed);
-    req.responded.store(false, Ordering::Relaxed);
+    req.arm(false);
     req.set_data(None);
 
     let mut inline = None;
@@ -341,7 +374,7 @@ fn map_command(
     let desc = if len == 0 {
         KeyedSgl::default().encode()
     } else if let Some(sges) = own_pages(queue, conn, rq, len, is_write) {
-        req.refs.store(2, Ordering::Relaxed);
+        req.arm(true);
         inline = Some(InCapsule::Pages(sges, req.send_cqe.get()));
         Some(in_capsule())
     } else {
@@ -556,11 +589,15 @@ unsafe extern "C" fn queue_rq(
     rq.start();
 
     match submit(queue, conn, rq) {
-        Ok((len, write)) => {
+        Ok((rq, len, write)) => {
             queue.stats().sent(len, write);
+            sent(rq);
             BLK_STS_OK
         }
         Err((rq, e)) => {
+            // Taken back unsent: a response naming it now is a stray one (a speculative
+            // response may have dropped its reference, but never the last: ours).
+            rq.pdu().disarm();
             unmap_data(ctrl, queue.qid(), &rq, false);
             if e == EAGAIN || e == ENOMEM {
                 // The large area or the send queue is full: blk-mq retries when I/O
@@ -586,8 +623,22 @@ unsafe extern "C" fn queue_rq(
     }
 }
 
-/// Completes a request: copies read data out of the pool, frees its slice, ends it.
+/// `queue_rq` has sent the command of `rq`: drops its reference, and ends the request if the
+/// response (and the send's completion) came meanwhile.
+fn sent(rq: OwnedRq<'_, Request>) {
+    // `None` (no reference left) cannot be: the request was armed with `queue_rq`'s, which
+    // only this drops.
+    if rq.pdu().put_ref() == Some(true) {
+        finish(rq);
+    }
+    // Else the response, or the send's completion, ends it.
+}
+
+/// Completes a request: copies read data out of the pool, frees its slice, ends it. Every
+/// end of a request that `queue_rq` accepted comes here: its response's, a cancellation
+/// (the queue drained first), the timeout handler's.
 fn complete(rq: OwnedRq<'_, Request>) {
+    rq.pdu().disarm();
     let queue = rq.pdu().queue();
     let ok = rq.nvme_status() == 0;
     unmap_data(queue.ctrl(), queue.qid(), &rq, ok && !rq.is_write());
@@ -769,7 +820,8 @@ unsafe extern "C" fn init_request(
         core::ptr::addr_of_mut!((*pdu).queue).write(queue);
         core::ptr::addr_of_mut!((*pdu).sent_on).write(AtomicU16::new(qid));
         core::ptr::addr_of_mut!((*pdu).refs).write(AtomicU32::new(0));
-        core::ptr::addr_of_mut!((*pdu).responded).write(AtomicBool::new(false));
+        // Not in flight (see `Request::disarm`).
+        core::ptr::addr_of_mut!((*pdu).responded).write(AtomicBool::new(true));
         core::ptr::addr_of_mut!((*pdu).status).write(AtomicU16::new(0));
         core::ptr::addr_of_mut!((*pdu).result).write(AtomicU64::new(0));
         core::ptr::addr_of_mut!((*pdu).data_offset).write(AtomicU64::new(NO_DATA));

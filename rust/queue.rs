@@ -809,14 +809,20 @@ impl Queue {
             return;
         }
         self.wait_for_pollers();
-        // SAFETY: the controller's teardown stopped the queue and quiesced blk-mq before
-        // calling this, so nothing uses the connection.
+        // Drained (again) before the connection is taken out of the cell: a queue that is freed
+        // without having been stopped (a set-up failing after its connect) may still have a
+        // completion handler running on another CPU, using the connection; the drain waits
+        // for it and flushes what the QP holds.
+        // SAFETY: blk-mq is quiesced or never reached this queue, so only completion handlers
+        // use the connection, as this does: shared.
+        if let Some(conn) = unsafe { self.conn.get() } {
+            conn.qp.drain();
+        }
+        // SAFETY: the queue's QP is drained, so no completion handler runs for it any more,
+        // and `queue_rq` cannot reach it (above): nothing uses the connection.
         let Some(conn) = (unsafe { self.conn.replace(None) }) else {
             return;
         };
-        // Drained again: the completions of a queue that failed before it was ever stopped run
-        // now, while its QP exists.
-        conn.qp.drain();
         dbg_event!(
             Queue,
             self.nvme(),

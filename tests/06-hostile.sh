@@ -249,7 +249,7 @@ reconnect_fault() {
 }
 
 ktap_header
-ktap_plan 45
+ktap_plan 46
 
 rxe_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -361,11 +361,16 @@ reconnect_fault "reconnect, connect-error-dnr@io: an I/O queue's Connect fails w
 io_fault "bad-cid: completion with a wrong command_id" write bad-cid \
 	"response with unknown command_id"
 io_fault "dup-cqe: duplicate completion" write dup-cqe \
-	"duplicate response for command_id|response with unknown command_id"
+	"response for command_id 0x[0-9a-f]+, which is not in flight|response with unknown command_id"
 io_fault "short-recv: truncated response (8 bytes)" write short-recv \
 	"truncated response of 8 bytes"
 io_fault "stray-cqe: completion for a command never sent" write stray-cqe \
 	"response with unknown command_id"
+# The held write is cancelled when the association closes and waits, unsent, for the reconnect;
+# the target answers it on the new association before the host sends it again: that answer
+# names a command not in flight (its identifier is unchanged, no response completed it).
+io_fault "late-cqe: completion of a cancelled command, on the next association" write late-cqe \
+	"response for command_id 0x[0-9a-f]+, which is not in flight"
 io_fault "send-inv: SEND_WITH_INV naming a wrong RKEY" write send-inv \
 	"RECV failed with status remote invalid request error"
 io_fault "send-inv:pool: SEND_WITH_INV of the pool RKEY" write send-inv:pool \

@@ -62,6 +62,9 @@ Modes:
   send-inv[:pool]          answer with SEND_WITH_INV naming a wrong RKEY (or, with :pool,
                            the host's own RKEY, which it never offered for invalidation)
   no-complete              never complete one I/O command
+  late-cqe                 hold one I/O command and close the association; answer that
+                           command on the host's next association, on the same qid, right
+                           after its Connect (the host has the command cancelled by then)
   close-mid-transfer       close the association in the middle of a large transfer
   late-keepalive[:MS]      answer a keep-alive MS ms late (default: KATO + 3 s)
   stale-rkey               record an RKEY, close the association, and on the new one try an

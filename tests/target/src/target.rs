@@ -37,6 +37,7 @@ pub enum Mode {
     StrayCqe,
     SendInv { pool: bool },
     NoComplete,
+    LateCqe,
     CloseMid,
     LateKeepAlive(Option<u64>),
     StaleRkey,
@@ -71,6 +72,7 @@ impl Mode {
             ("send-inv", None) => Mode::SendInv { pool: false },
             ("send-inv", Some("pool")) => Mode::SendInv { pool: true },
             ("no-complete", None) => Mode::NoComplete,
+            ("late-cqe", None) => Mode::LateCqe,
             ("close-mid-transfer", None) => Mode::CloseMid,
             ("late-keepalive", None) => Mode::LateKeepAlive(None),
             ("late-keepalive", Some(ms)) => Mode::LateKeepAlive(Some(ms.parse().ok()?)),
@@ -112,6 +114,7 @@ impl Mode {
             Mode::SendInv { pool: false } => "send-inv".into(),
             Mode::SendInv { pool: true } => "send-inv:pool".into(),
             Mode::NoComplete => "no-complete".into(),
+            Mode::LateCqe => "late-cqe".into(),
             Mode::CloseMid => "close-mid-transfer".into(),
             Mode::LateKeepAlive(_) => "late-keepalive".into(),
             Mode::StaleRkey => "stale-rkey".into(),
@@ -280,6 +283,8 @@ struct Hostile {
     done: bool,
     stale: Option<Stale>,
     stale_cmd: Option<(u64, u16)>,
+    /// late-cqe: the qid and command_id of the command held on the closed association.
+    late: Option<(u16, u16)>,
 }
 
 enum Action {
@@ -350,6 +355,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             done: cfg.mode == Mode::Polite,
             stale: None,
             stale_cmd: None,
+            late: None,
         },
         todo: Vec::new(),
         timers: Vec::new(),
@@ -1322,7 +1328,13 @@ impl Target {
             ctrl.io.len(),
             ctrl.nr_io
         );
-        self.respond(q, cid, SC_SUCCESS, 0)
+        self.respond(q, cid, SC_SUCCESS, 0);
+        if let Some((late_qid, late_cid)) = self.hostile.late.filter(|&(l, _)| l == qid) {
+            self.hostile.late = None;
+            say!("hostile late-cqe: sent the completion of command_id {late_cid:#x} of the closed association on the new qid {late_qid}, right after its Connect");
+            let c = cqe(0, q.sq_head, q.qid, late_cid, SC_SUCCESS);
+            post_send_rsp(q, late_cid, &c, None, SendInfo::default());
+        }
     }
 
     fn property(&mut self, q: &mut Queue, cid: u16) {
@@ -1650,6 +1662,17 @@ impl Target {
                 h.done = true;
                 cmd.held = true;
                 say!("hostile no-complete: never completing the {what}");
+                true
+            }
+            Mode::LateCqe => {
+                h.done = true;
+                cmd.held = true;
+                h.late = Some((q.qid, cid));
+                say!("hostile late-cqe: holding the {what}, closing the association; its completion goes on the next association's qid {} once that queue is connected", q.qid);
+                if let Some(c) = q.cntlid {
+                    self.todo
+                        .push(Action::DisconnectCtrl(c, "late-cqe: forcing a reconnect".into()));
+                }
                 true
             }
             Mode::CloseMid => {
