@@ -671,7 +671,7 @@ impl RdmaCtrl {
             if let Err(e) = enabled {
                 admin.stop();
                 n.cancel_admin_tagset();
-                return Err(e.into());
+                return Err(e);
             }
             // The transport's own limits; the core clamps them to the controller's MDTS.
             n.set_limits(
@@ -684,7 +684,7 @@ impl RdmaCtrl {
                 n.sync_admin_queue();
                 admin.stop();
                 n.cancel_admin_tagset();
-                return Err(e.into());
+                return Err(e);
             }
             Ok(())
         })();
@@ -989,13 +989,20 @@ impl RdmaCtrl {
         }
         let decision = {
             let mut rec = self.recovery.lock();
-            let policy = rec.policy;
-            let now = now_ms();
-            decide(
-                rec.current
-                    .get_or_insert_with(|| Reconnect::start(policy, now)),
-                now,
+            // The options as they are now: sysfs may have changed them since the connect
+            // (the core's store refuses values the policy would not take).
+            let policy = Policy::from_opts(
+                n.opts().reconnect_delay() as i32,
+                Self::ctrl_loss_tmo(n.opts()),
             )
+            .unwrap_or(rec.policy);
+            rec.policy = policy;
+            let now = now_ms();
+            let current = rec
+                .current
+                .get_or_insert_with(|| Reconnect::start(policy, now));
+            current.set_policy(policy);
+            decide(current, now)
         };
         match decision {
             Decision::AttemptNow => self.schedule_reconnect(0),
@@ -1204,14 +1211,25 @@ unsafe extern "C" fn reset_work(work: *mut bindings::work_struct) {
         return;
     }
     if let Err(f) = ctrl.setup(false) {
-        log_info!(n.as_ptr(), "reset: reconnect failed ({:?})", f.errno);
+        log_info!(
+            n.as_ptr(),
+            "reset: reconnect failed ({:?}{})",
+            f.errno,
+            if f.dnr { ", do not retry" } else { "" }
+        );
         {
             let mut rec = ctrl.recovery.lock();
             let policy = rec.policy;
             rec.current = Some(Reconnect::start(policy, now_ms()));
             rec.lost_at = Some(Ktime::ktime_get());
         }
-        ctrl.reconnect_or_remove(Outcome::First);
+        // As after a loss, the first attempt is made at once; unless this one, the reset's
+        // own, failed for good.
+        ctrl.reconnect_or_remove(if f.dnr {
+            Outcome::Failed { dnr: true }
+        } else {
+            Outcome::First
+        });
     }
 }
 

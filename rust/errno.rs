@@ -32,4 +32,8 @@ errnos! {
     ECONNRESET,
     /// Network is down.
     ENETDOWN,
+    /// Required key not available (authentication without a key).
+    ENOKEY,
+    /// Key was rejected by service (authentication failed).
+    EKEYREJECTED,
 }

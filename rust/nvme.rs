@@ -30,10 +30,18 @@ impl From<Error> for Failure {
 }
 
 /// Turns the return value of a core function that may return an NVMe status into a result.
+/// Failed authentication is final too, as a DNR status is (the core's
+/// `nvmf_should_reconnect`): another attempt with the same key would fail the same way.
 pub(crate) fn status_result(ret: i32) -> Result<(), Failure> {
     match ret {
         0 => Ok(()),
-        r if r < 0 => Err(Error::from_errno(r).into()),
+        r if r < 0 => {
+            let errno = Error::from_errno(r);
+            Err(Failure {
+                errno,
+                dnr: errno == crate::errno::EKEYREJECTED() || errno == crate::errno::ENOKEY(),
+            })
+        }
         r => Err(Failure {
             errno: EIO,
             dnr: r & NVME_STATUS_DNR != 0,
@@ -284,9 +292,11 @@ impl Ctrl {
         unsafe { bindings::rsrdma_nvme_tryget_ctrl(self.as_ptr()) }
     }
 
-    pub(crate) fn enable(&self) -> Result {
+    /// Enables the controller. Its property accesses may fail with an NVMe status (a command
+    /// aborted when the connection went, say), which is a failure like an errno.
+    pub(crate) fn enable(&self) -> Result<(), Failure> {
         // SAFETY: alive.
-        to_result(unsafe { bindings::nvme_enable_ctrl(self.as_ptr()) })
+        status_result(unsafe { bindings::nvme_enable_ctrl(self.as_ptr()) })
     }
 
     pub(crate) fn disable(&self, shutdown: bool) {
@@ -294,16 +304,19 @@ impl Ctrl {
         unsafe { bindings::nvme_disable_ctrl(self.as_ptr(), shutdown) };
     }
 
-    pub(crate) fn init_finish(&self) -> Result {
+    /// Identifies the controller; like [`Ctrl::enable`], it may fail with an NVMe status.
+    pub(crate) fn init_finish(&self) -> Result<(), Failure> {
         // SAFETY: alive; the admin queue is connected and enabled.
-        to_result(unsafe { bindings::nvme_init_ctrl_finish(self.as_ptr(), false) })
+        status_result(unsafe { bindings::nvme_init_ctrl_finish(self.as_ptr(), false) })
     }
 
-    /// Sets Number of Queues; returns how many I/O queues the controller granted.
-    pub(crate) fn negotiate_queue_count(&self, wanted: u32) -> Result<u32> {
+    /// Sets Number of Queues; returns how many I/O queues the controller granted (0 when it
+    /// refused with a status: a degraded controller keeps its admin queue). A host path error,
+    /// the command lost with the connection, is a failure.
+    pub(crate) fn negotiate_queue_count(&self, wanted: u32) -> Result<u32, Failure> {
         let mut count = wanted as i32;
         // SAFETY: alive; `count` is a valid in/out parameter.
-        to_result(unsafe { bindings::nvme_set_queue_count(self.as_ptr(), &mut count) })?;
+        status_result(unsafe { bindings::nvme_set_queue_count(self.as_ptr(), &mut count) })?;
         Ok(count as u32)
     }
 
@@ -344,6 +357,18 @@ impl Ctrl {
     }
 }
 
+/// Reads one field of the options behind an [`Options`].
+macro_rules! opts_field {
+    ($opts:expr, $field:ident) => {{
+        let opts: &Options = &$opts;
+        // The core's sysfs attributes (`reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`,
+        // the DH-HMAC-CHAP keys) write some fields of the options at any time.
+        // SAFETY: valid (`Options` invariant); only this field is read, in one volatile load,
+        // never through a reference to the whole structure.
+        unsafe { core::ptr::addr_of!((*opts.0).$field).read_volatile() }
+    }};
+}
+
 /// The connect options of a controller, owned by the core (freed with the controller).
 #[derive(Clone, Copy)]
 pub(crate) struct Options(*mut bindings::nvmf_ctrl_options);
@@ -360,11 +385,6 @@ impl Options {
         self.0
     }
 
-    fn raw(&self) -> &bindings::nvmf_ctrl_options {
-        // SAFETY: valid (type invariant).
-        unsafe { &*self.0 }
-    }
-
     fn str_opt(&self, p: *mut kernel::ffi::c_char) -> Option<&CStr> {
         if p.is_null() {
             None
@@ -375,23 +395,23 @@ impl Options {
     }
 
     pub(crate) fn traddr(&self) -> Option<&CStr> {
-        self.str_opt(self.raw().traddr)
+        self.str_opt(opts_field!(self, traddr))
     }
 
     pub(crate) fn trsvcid(&self) -> Option<&CStr> {
-        self.str_opt(self.raw().trsvcid)
+        self.str_opt(opts_field!(self, trsvcid))
     }
 
     pub(crate) fn subsysnqn(&self) -> Option<&CStr> {
-        self.str_opt(self.raw().subsysnqn)
+        self.str_opt(opts_field!(self, subsysnqn))
     }
 
     pub(crate) fn host_traddr(&self) -> Option<&CStr> {
-        self.str_opt(self.raw().host_traddr)
+        self.str_opt(opts_field!(self, host_traddr))
     }
 
     pub(crate) fn hostnqn(&self) -> Option<&CStr> {
-        let host = self.raw().host;
+        let host = opts_field!(self, host);
         if host.is_null() {
             return None;
         }
@@ -400,45 +420,47 @@ impl Options {
     }
 
     pub(crate) fn queue_size(&self) -> usize {
-        self.raw().queue_size
+        opts_field!(self, queue_size)
     }
 
     pub(crate) fn nr_io_queues(&self) -> u32 {
-        self.raw().nr_io_queues
+        opts_field!(self, nr_io_queues)
     }
 
     pub(crate) fn nr_write_queues(&self) -> u32 {
-        self.raw().nr_write_queues
+        opts_field!(self, nr_write_queues)
     }
 
     pub(crate) fn nr_poll_queues(&self) -> u32 {
-        self.raw().nr_poll_queues
+        opts_field!(self, nr_poll_queues)
     }
 
+    /// Seconds between reconnect attempts; the `reconnect_delay` sysfs attribute changes it.
     pub(crate) fn reconnect_delay(&self) -> u32 {
-        self.raw().reconnect_delay
+        opts_field!(self, reconnect_delay)
     }
 
+    /// Attempts before giving up, -1 for no limit; the `ctrl_loss_tmo` attribute changes it.
     pub(crate) fn max_reconnects(&self) -> i32 {
-        self.raw().max_reconnects
+        opts_field!(self, max_reconnects)
     }
 
     pub(crate) fn kato(&self) -> u32 {
-        self.raw().kato
+        opts_field!(self, kato)
     }
 
     pub(crate) fn tos(&self) -> i32 {
-        self.raw().tos
+        opts_field!(self, tos)
     }
 
     pub(crate) fn duplicate_connect(&self) -> bool {
-        self.raw().duplicate_connect
+        opts_field!(self, duplicate_connect)
     }
 
     /// Gives the controller `n` dedicated write queues, as `nr_write_queues=n` would, unless the
     /// user set that option.
     pub(crate) fn default_write_queues(&self, n: u32) {
-        if self.raw().mask & bindings::NVMF_OPT_NR_WRITE_QUEUES == 0 {
+        if opts_field!(self, mask) & bindings::NVMF_OPT_NR_WRITE_QUEUES == 0 {
             // SAFETY: valid options (type invariant), not yet shared with the core's users: the
             // transport's create_ctrl owns them until the controller is created.
             unsafe { (*self.0).nr_write_queues = n };
@@ -458,7 +480,7 @@ impl Options {
     /// Whether the user set `nr_io_queues` (otherwise the core defaulted it to the number of
     /// online CPUs).
     pub(crate) fn nr_io_queues_given(&self) -> bool {
-        self.raw().mask & bindings::NVMF_OPT_NR_IO_QUEUES != 0
+        opts_field!(self, mask) & bindings::NVMF_OPT_NR_IO_QUEUES != 0
     }
 
     /// Limits the write and poll queue counts to `cpus`, as the core limits `nr_io_queues`

@@ -60,7 +60,8 @@ pub enum Outcome {
     First,
     /// The previous attempt failed.
     Failed {
-        /// The failure carried an NVMe status with the DNR bit set.
+        /// The failure carried an NVMe status with the DNR bit set, or authentication
+        /// failed: it would fail again.
         dnr: bool,
     },
 }
@@ -68,7 +69,7 @@ pub enum Outcome {
 /// Why the reconnect gave up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GiveUpReason {
-    /// The last attempt failed with the DNR bit set.
+    /// The last attempt failed with the DNR bit set, or its authentication failed.
     Dnr,
     /// The next attempt would start after the controller loss timeout.
     LossTimeout,
@@ -78,7 +79,7 @@ impl GiveUpReason {
     /// Describes the reason, for the log.
     pub fn msg(&self) -> &'static str {
         match self {
-            GiveUpReason::Dnr => "connect failed with DNR set",
+            GiveUpReason::Dnr => "connect failed with DNR set, or authentication failed",
             GiveUpReason::LossTimeout => "controller loss timeout expired",
         }
     }
@@ -145,6 +146,13 @@ impl Reconnect {
         self.last_attempt_ms = Some(at);
         self.attempts = self.attempts.saturating_add(1);
         Self::due(at, now_ms)
+    }
+
+    /// Follows a policy changed while reconnecting (the controller's `reconnect_delay` or
+    /// `ctrl_loss_tmo` written through sysfs): the next decision uses it, counting from the
+    /// same loss and the same last attempt.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
     }
 
     /// Decides again the attempt decided last, which never ran: its work item was cancelled
@@ -279,6 +287,24 @@ mod tests {
     }
 
     #[test]
+    fn policy_changed_while_reconnecting() {
+        // ctrl_loss_tmo 20 s: the attempt at 20 s is the last.
+        let mut r = Reconnect::start(policy(10, 20), 0);
+        assert_eq!(r.next(0, Outcome::First), Decision::AttemptNow);
+        assert_eq!(r.next(1_000, failed()), Decision::AttemptIn(9_000));
+        // ctrl_loss_tmo -1 written meanwhile: no deadline any more.
+        r.set_policy(policy(10, -1));
+        assert_eq!(r.next(11_000, failed()), Decision::AttemptIn(9_000));
+        // The attempt at 30 s, past the old deadline.
+        assert_eq!(r.next(21_000, failed()), Decision::AttemptIn(9_000));
+        // A shorter delay counts from the last attempt (at 30 s), the deadline from the loss.
+        r.set_policy(policy(2, 35));
+        assert_eq!(r.next(31_000, failed()), Decision::AttemptIn(1_000));
+        assert_eq!(r.next(32_500, failed()), Decision::AttemptIn(1_500));
+        assert_eq!(r.next(34_500, failed()), Decision::GiveUp(LOSS));
+    }
+
+    #[test]
     fn delay_longer_than_timeout() {
         let mut r = Reconnect::start(policy(20, 10), 0);
         assert_eq!(r.next(0, Outcome::First), Decision::AttemptNow);
@@ -377,7 +403,10 @@ mod tests {
             Decision::GiveUp(GiveUpReason::Dnr)
         );
         assert_eq!(r.attempts(), 2);
-        assert_eq!(GiveUpReason::Dnr.msg(), "connect failed with DNR set");
+        assert_eq!(
+            GiveUpReason::Dnr.msg(),
+            "connect failed with DNR set, or authentication failed"
+        );
         assert_eq!(LOSS.msg(), "controller loss timeout expired");
     }
 
