@@ -96,7 +96,7 @@ cycle() {
 }
 
 ktap_header
-ktap_plan 22
+ktap_plan 23
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -328,6 +328,31 @@ if [ "$(ctrl_state "$ctrl")" = gone ] && ((gone_after < 20)) && [ -n "$dd_rc" ] 
 else
 	ktap_fail "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
 fi
+
+# --- ctrl_loss_tmo changed through sysfs while reconnecting -------------------------------------
+# The core accepts a write to a controller's ctrl_loss_tmo at any time; a reconnecting controller
+# must follow it: with ctrl_loss_tmo=5 it would be deleted about 5 s after the loss (as above),
+# -1 written meanwhile keeps it reconnecting until the link returns.
+wait_for 30 _rxe_active
+ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=5")
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+ip link set "$RXE_NETDEV" down
+wait_for 30 in_state "$ctrl" connecting
+written=no
+echo -1 >"/sys/class/nvme/$ctrl/ctrl_loss_tmo" && written=yes
+sleep "$(scaled 10)"
+down_state=$(ctrl_state "$ctrl")
+ip link set "$RXE_NETDEV" up
+wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
+ktap_diag "ctrl_loss_tmo -1 written ($written) while reconnecting: $down_state $(scaled 10) s later, $(ctrl_state "$ctrl") once the link is back"
+if [ "$written" = yes ] && [ "$down_state" = connecting ] && in_state "$ctrl" live &&
+	fio_verify "$dev" 3 --size=8m; then
+	ktap_ok "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
+else
+	ktap_fail "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
+fi
+host_disconnect_all
 
 # --- reset and delete while reconnecting -------------------------------------------------------
 wait_for 30 _rxe_active
