@@ -989,13 +989,17 @@ impl RdmaCtrl {
         }
         let decision = {
             let mut rec = self.recovery.lock();
-            // The options as they are now: sysfs may have changed them since the connect
-            // (the core's store refuses values the policy would not take).
+            // The options as they are now: sysfs may have changed them since the connect. Its
+            // store takes any `reconnect_delay`, 0 included, which the policy refuses: the last
+            // good policy stays.
             let policy = Policy::from_opts(
                 n.opts().reconnect_delay() as i32,
                 Self::ctrl_loss_tmo(n.opts()),
             )
-            .unwrap_or(rec.policy);
+            .unwrap_or_else(|m| {
+                log_warn!(n.as_ptr(), "reconnect_delay/ctrl_loss_tmo ignored: {}", m);
+                rec.policy
+            });
             rec.policy = policy;
             let now = now_ms();
             let current = rec

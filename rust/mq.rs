@@ -692,7 +692,9 @@ unsafe extern "C" fn timeout(rq: *mut bindings::request) -> bindings::blk_eh_tim
     if ctrl.nvme().state() != State::Live {
         // Resetting, connecting or deleting: complete it now, it may be blocking the teardown
         // or set-up sequence (connect, enable, identify...). Stopping the queue it went out on
-        // keeps a late response from completing it a second time.
+        // keeps a late response from completing it a second time. `queue_rq` no longer holds
+        // the request (see `sent`): the abort walk waits for an RCU grace period first (see
+        // `Queue::report_while_connecting`), and a timer cannot expire within `queue_rq`.
         queue.stop();
         if let Some(q) = sent_on {
             q.stop();

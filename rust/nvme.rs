@@ -310,9 +310,10 @@ impl Ctrl {
         status_result(unsafe { bindings::nvme_init_ctrl_finish(self.as_ptr(), false) })
     }
 
-    /// Sets Number of Queues; returns how many I/O queues the controller granted (0 when it
-    /// refused with a status: a degraded controller keeps its admin queue). A host path error,
-    /// the command lost with the connection, is a failure.
+    /// Sets Number of Queues; returns how many I/O queues the controller granted: 0 when it
+    /// answered with an error status (the core's rule for degraded controllers; the caller,
+    /// like the C driver, then fails the set-up). A host path error, the command lost with
+    /// the connection, is a failure.
     pub(crate) fn negotiate_queue_count(&self, wanted: u32) -> Result<u32, Failure> {
         let mut count = wanted as i32;
         // SAFETY: alive; `count` is a valid in/out parameter.

@@ -368,7 +368,11 @@ io_fault "stray-cqe: completion for a command never sent" write stray-cqe \
 	"response with unknown command_id"
 # The held write is cancelled when the association closes and waits, unsent, for the reconnect;
 # the target answers it on the new association before the host sends it again: that answer
-# names a command not in flight (its identifier is unchanged, no response completed it).
+# names a command not in flight (its identifier is unchanged, no response completed it). The
+# target sends it right after the Connect response of that queue, and the host resends held
+# commands only once all its queues are connected, so the refusal comes before the resend. While
+# connecting, the refusal does not start another recovery (the core allows RESETTING only from
+# LIVE): the recovery the case sees is the one the closed association started.
 io_fault "late-cqe: completion of a cancelled command, on the next association" write late-cqe \
 	"response for command_id 0x[0-9a-f]+, which is not in flight"
 io_fault "send-inv: SEND_WITH_INV naming a wrong RKEY" write send-inv \
