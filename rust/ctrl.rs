@@ -420,11 +420,10 @@ impl RdmaCtrl {
             );
             return Err(errno::EALREADY());
         }
-        let policy = Policy::from_opts(opts.reconnect_delay() as i32, Self::ctrl_loss_tmo(opts))
-            .map_err(|m| {
-                log_err!(core::ptr::null(), "reconnect_delay/ctrl_loss_tmo: {}", m);
-                EINVAL
-            })?;
+        let policy = Self::policy_of(opts).map_err(|m| {
+            log_err!(core::ptr::null(), "reconnect_delay/ctrl_loss_tmo: {}", m);
+            EINVAL
+        })?;
 
         let io_depth = (opts.queue_size() as u32).min(MAX_QUEUE_SIZE);
         let nr_io = opts.total_io_queues(cpus);
@@ -540,12 +539,15 @@ impl RdmaCtrl {
         Ok(ctrl)
     }
 
-    /// ctrl_loss_tmo as the core keeps it: max_reconnects attempts of reconnect_delay.
-    fn ctrl_loss_tmo(opts: Options) -> i32 {
-        match opts.max_reconnects() {
+    /// The reconnect policy of the options as they are now (sysfs changes them). The
+    /// core keeps ctrl_loss_tmo as max_reconnects attempts of reconnect_delay.
+    fn policy_of(opts: Options) -> Result<Policy, &'static str> {
+        let delay = opts.reconnect_delay() as i32;
+        let ctrl_loss_tmo = match opts.max_reconnects() {
             -1 => -1,
-            n => n.saturating_mul(opts.reconnect_delay() as i32),
-        }
+            n => n.saturating_mul(delay),
+        };
+        Policy::from_opts(delay, ctrl_loss_tmo)
     }
 
     // --- Set-up and teardown ------------------------------------------------------------------
@@ -992,11 +994,7 @@ impl RdmaCtrl {
             // The options as they are now: sysfs may have changed them since the connect. Its
             // store takes any `reconnect_delay`, 0 included, which the policy refuses: the last
             // good policy stays.
-            let policy = Policy::from_opts(
-                n.opts().reconnect_delay() as i32,
-                Self::ctrl_loss_tmo(n.opts()),
-            )
-            .unwrap_or_else(|m| {
+            let policy = Self::policy_of(n.opts()).unwrap_or_else(|m| {
                 log_warn!(n.as_ptr(), "reconnect_delay/ctrl_loss_tmo ignored: {}", m);
                 rec.policy
             });

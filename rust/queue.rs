@@ -813,9 +813,8 @@ impl Queue {
         // without having been stopped (a set-up failing after its connect) may still have a
         // completion handler running on another CPU, using the connection; the drain waits
         // for it and flushes what the QP holds.
-        // SAFETY: blk-mq is quiesced or never reached this queue, so only completion handlers
-        // use the connection, as this does: shared.
-        if let Some(conn) = unsafe { self.conn.get() } {
+        // SAFETY: the controller's teardown or set-up work.
+        if let Some(conn) = unsafe { self.conn() } {
             conn.qp.drain();
         }
         // SAFETY: the queue's QP is drained, so no completion handler runs for it any more,
