@@ -6,6 +6,7 @@
  * include path), so the kernel crate's own bindings cannot provide them.
  */
 #include <linux/blk-mq.h>
+#include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/inet.h>
 #include <linux/irq_work.h>

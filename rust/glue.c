@@ -323,9 +323,12 @@ struct ib_cq *rsrdma_create_cq(struct ib_device *dev, ib_comp_handler handler, v
 	return ib_create_cq(dev, handler, NULL, ctx, &attr);
 }
 
-void rsrdma_destroy_cq(struct ib_cq *cq)
+int rsrdma_destroy_cq(struct ib_cq *cq)
 {
-	ib_destroy_cq(cq);
+	int ret = ib_destroy_cq_user(cq, NULL);
+
+	WARN_ONCE(ret, "nvme_rsrdma: destroying a CQ failed (%d)\n", ret);
+	return ret;
 }
 
 int rsrdma_arm_cq(struct ib_cq *cq)

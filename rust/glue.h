@@ -83,7 +83,7 @@ struct ib_cq *rsrdma_alloc_cq(struct ib_device *dev, void *priv, int nr_cqe, int
 			      enum ib_poll_context poll_ctx);
 struct ib_cq *rsrdma_create_cq(struct ib_device *dev, ib_comp_handler handler, void *ctx,
 			       int nr_cqe, int comp_vector);
-void rsrdma_destroy_cq(struct ib_cq *cq);
+int rsrdma_destroy_cq(struct ib_cq *cq);
 int rsrdma_arm_cq(struct ib_cq *cq);
 struct irq_work;
 void rsrdma_init_irq_work(struct irq_work *work, void (*func)(struct irq_work *));

@@ -8,7 +8,7 @@
 
 use crate::bindings;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use kernel::error::{from_err_ptr, to_result};
 use kernel::ffi::c_void;
 use kernel::prelude::*;
@@ -586,6 +586,10 @@ struct Poller {
     kick: Opaque<bindings::irq_work>,
     /// The CQ, set once it exists and before it is armed: no poll is scheduled before.
     cq: AtomicPtr<bindings::ib_cq>,
+    /// Set while `poll_cq` runs. A poll ends its instance (`irq_poll_complete`) before it
+    /// re-arms the CQ, so `irq_poll_disable` can return while the poll still uses the CQ;
+    /// `Cq::drop` then waits for this to clear.
+    polling: AtomicBool,
     /// The commands outstanding on the queue of the CQ; outlives the CQ (see
     /// [`Cq::softirq`]).
     in_flight: NonNull<AtomicU32>,
@@ -624,6 +628,7 @@ impl Cq {
                     bindings::rsrdma_init_irq_work(work, Some(kick_poll))
                 }),
                 cq: AtomicPtr::new(core::ptr::null_mut()),
+                polling: AtomicBool::new(false),
                 in_flight: NonNull::from(in_flight),
             }),
             GFP_KERNEL,
@@ -640,8 +645,8 @@ impl Cq {
             poller: Some(poller),
         };
         // SAFETY: the CQ is ours and alive. Armed while empty (no QP uses it yet): the first
-        // completion raises an event.
-        unsafe { bindings::rsrdma_arm_cq(cq.as_ptr()) };
+        // completion raises an event. On failure `cq` is dropped, which frees it.
+        errno(unsafe { bindings::rsrdma_arm_cq(cq.as_ptr()) }.min(0))?;
         Ok(cq)
     }
 
@@ -684,15 +689,30 @@ impl Drop for Cq {
             return;
         };
         // The QPs using the CQ were destroyed first, so no completion arrives. Once the poller
-        // is disabled (waiting for a running poll) nothing polls the CQ, and scheduling it
-        // does nothing; once the CQ is destroyed no event handler runs, and the sync waits
-        // for a kick the last one raised. Then nothing refers to the poller.
-        // SAFETY: as just said; owned CQ, initialized poller.
-        unsafe {
-            bindings::irq_poll_disable(p.iop.get());
-            bindings::rsrdma_destroy_cq(self.as_ptr());
-            bindings::irq_work_sync(p.kick.get());
+        // is disabled nothing schedules a poll of the CQ (scheduling it does nothing), and
+        // once `polling` is clear none runs: a poll that had ended its instance may still have
+        // been re-arming the CQ. Once the CQ is destroyed no event handler runs, and the sync
+        // waits for a kick the last one raised. Then nothing refers to the poller.
+        let kick = p.kick.get();
+        // SAFETY: owned, initialized poller.
+        unsafe { bindings::irq_poll_disable(p.iop.get()) };
+        // Set before the poll ended its instance, whose release `irq_poll_disable`'s
+        // test-and-set acquired.
+        while p.polling.load(Ordering::Acquire) {
+            // SAFETY: process context (a CQ is dropped where the queue is torn down).
+            unsafe { bindings::msleep(1) };
         }
+        // SAFETY: as said above; owned CQ.
+        if unsafe { bindings::rsrdma_destroy_cq(self.as_ptr()) } != 0 {
+            // Still in use (a QP on it was not destroyed; the glue warns): the CQ may still
+            // raise events, so its poller must stay. Leaked.
+            if let Some(p) = self.poller.take() {
+                core::mem::forget(p);
+            }
+            return;
+        }
+        // SAFETY: initialized; the CQ, whose handler queued it, is gone.
+        unsafe { bindings::irq_work_sync(kick) };
     }
 }
 
@@ -737,9 +757,12 @@ unsafe extern "C" fn kick_poll(work: *mut bindings::irq_work) {
 ///
 /// Called by the kernel with the instance it was initialized for.
 unsafe extern "C" fn poll_cq(iop: *mut bindings::irq_poll, budget: i32) -> i32 {
-    // SAFETY: `iop` is the `iop` field of a live poller: `Cq::drop` disables it (waiting for
-    // this poll) before the CQ and the poller go.
+    // SAFETY: `iop` is the `iop` field of a live poller: `Cq::drop` disables it and waits for
+    // `polling` to clear before the CQ and the poller go.
     let p = unsafe { &*kernel::container_of!(iop, Poller, iop) };
+    // Only one poll of an instance runs at a time: a plain store suffices. Ordered before
+    // `irq_poll_complete` below by its release.
+    p.polling.store(true, Ordering::Relaxed);
     let cq = p.cq.load(Ordering::Acquire);
     // SAFETY: the CQ exists (it was armed after `cq` was set, and only an event of it
     // schedules this poll) and is only polled here: irq_poll runs one poll of an instance at a
@@ -755,6 +778,8 @@ unsafe extern "C" fn poll_cq(iop: *mut bindings::irq_poll, budget: i32) -> i32 {
             }
         }
     }
+    // The last use of the CQ and the poller by this poll.
+    p.polling.store(false, Ordering::Release);
     done
 }
 
