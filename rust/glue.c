@@ -394,6 +394,25 @@ bool rsrdma_port_netdev_up(struct ib_device *dev, u32 port)
 	return up;
 }
 
+/*
+ * The ports of @dev that are not active, as its driver reports them now (the core's cache
+ * catches up only when the event it queued runs): bit N for port N, ports from 64 up left out.
+ */
+u64 rsrdma_ports_down(struct ib_device *dev)
+{
+	struct ib_port_attr attr;
+	u64 down = 0;
+	u32 port;
+
+	rdma_for_each_port(dev, port) {
+		if (port >= 64)
+			break;
+		if (ib_query_port(dev, port, &attr) || attr.state != IB_PORT_ACTIVE)
+			down |= BIT_ULL(port);
+	}
+	return down;
+}
+
 const char *rsrdma_ibdev_name(struct ib_device *dev)
 {
 	return dev_name(&dev->dev);

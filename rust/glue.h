@@ -96,6 +96,7 @@ u32 rsrdma_inc_rkey(u32 rkey);
 void rsrdma_update_fast_reg_key(struct ib_mr *mr, u8 newkey);
 int rsrdma_ibdev_to_node(struct ib_device *dev);
 bool rsrdma_port_netdev_up(struct ib_device *dev, u32 port);
+u64 rsrdma_ports_down(struct ib_device *dev);
 const char *rsrdma_ibdev_name(struct ib_device *dev);
 u64 rsrdma_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
 			  enum dma_data_direction dir);

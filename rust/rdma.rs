@@ -937,7 +937,8 @@ pub(crate) struct EventWatch {
     #[pin]
     handler: Opaque<bindings::ib_event_handler>,
     /// The ports last reported down, one bit per port number below 64, to act on changes
-    /// only (soft-RoCE reports a port coming up twice).
+    /// only (soft-RoCE reports a port coming up twice). Starts from the ports' state when the
+    /// watch begins, so that a device added with a port down reports that port coming up.
     ports_down: core::sync::atomic::AtomicU64,
 }
 
@@ -953,8 +954,14 @@ unsafe impl Sync for EventWatch {}
 impl EventWatch {
     pub(crate) fn new(dev: Device, handler: EventHandler) -> impl PinInit<Self> {
         pin_init!(Self {
-            // Set before the handler is registered: an event may be delivered at once.
-            ports_down: core::sync::atomic::AtomicU64::new(0),
+            // Set before the handler is registered: an event may be delivered at once. An
+            // event the driver raised before this query (at its registration) brings the
+            // state read here, and is taken as a repeat; only a port changing between the
+            // query and the registration goes unseen, until its next change.
+            // SAFETY: `dev` is alive (see below); process context (ib_client `add`).
+            ports_down: core::sync::atomic::AtomicU64::new(unsafe {
+                bindings::rsrdma_ports_down(dev.as_ptr())
+            }),
             // SAFETY: the handler is initialized in place, then registered; it stays pinned
             // until `drop` unregisters it, and `dev` is alive until its ib_client `remove`,
             // where the watch is dropped.

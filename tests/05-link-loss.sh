@@ -96,7 +96,7 @@ cycle() {
 }
 
 ktap_header
-ktap_plan 23
+ktap_plan 24
 
 rxe_setup && target_setup && host_load || {
 	ktap_diag "set-up failed"
@@ -427,6 +427,48 @@ other_device_removed_while_reconnecting() {
 }
 ktap_check "another RDMA device removed while a reconnect waits: the attempt keeps its time" \
 	other_device_removed_while_reconnecting
+
+# --- a port coming up on a device added while it was down ----------------------------------------
+# An RDMA device can be added while its netdev is down (no carrier yet at boot). The first
+# "active" event of its port is then a change like any other, and brings forward a reconnect
+# attempt that waits out its delay. The device is added before the loss (adding one brings the
+# attempts forward too); with reconnect_delay=30 the attempt after the first failed one would
+# come 30 s after it.
+port_up_on_device_added_down() {
+	local ctrl mark t rc=0
+	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy &&
+		timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 || return 1
+	ctrl=$(fabrics_connect "$opts,reconnect_delay=30,ctrl_loss_tmo=120") &&
+		wait_for 30 in_state "$ctrl" live || rc=1
+	mark=$(kmsg_mark)
+	t=$SECONDS
+	if ((rc == 0)); then
+		target_port_disable
+		if wait_for 25 waiting_reconnect "$mark" "$ctrl"; then
+			echo "first attempt failed, next one waiting, $((SECONDS - t)) s after the loss"
+		else
+			echo "no reconnect scheduled $((SECONDS - t)) s after the loss"
+			rc=1
+		fi
+		target_port_enable
+		t=$SECONDS
+		ip link set rsrdma_dm0 up
+		if wait_for 15 in_state "$ctrl" live; then
+			echo "$ctrl live $((SECONDS - t)) s after rsrdma_x's port came up"
+		else
+			echo "$ctrl $(ctrl_state "$ctrl") $((SECONDS - t)) s after rsrdma_x's port came up"
+			rc=1
+		fi
+		dmesg_after "$mark" | grep -E "rsrdma_x port|$ctrl: .*([Rr]econnect|giving up)"
+	fi
+	target_port_enable
+	[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
+	timeout 60 rdma link delete rsrdma_x 2>/dev/null
+	ip link delete rsrdma_dm0
+	return $rc
+}
+ktap_check "a port coming up on a device added while it was down brings the reconnect forward" \
+	port_up_on_device_added_down
 
 # --- disconnect while the RDMA device goes --------------------------------------------------------
 # The core deletes a controller in the context of the "nvme disconnect" that asked, not in a
