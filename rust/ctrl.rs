@@ -22,7 +22,7 @@ use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::rdma::{Device, Pd};
 use crate::request::{SetKind, TagSet, Tags};
 use crate::stats::{CtrlStats, DebugDir};
-use crate::sync::{Completion, ConnCell, IrqLock, RcuReadGuard};
+use crate::sync::{new_irq_lock, Completion, ConnCell, IrqLock, RcuReadGuard};
 use crate::work::{DelayedWork, Work, Wq};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -462,7 +462,7 @@ impl RdmaCtrl {
                 // SAFETY: as above.
                 reconnect_work <- unsafe { DelayedWork::new(reconnect_work,
                     bindings::rsrdma_work_class_RSRDMA_WORK_RECONNECT) },
-                reconnect_gate <- IrqLock::new(false),
+                reconnect_gate <- new_irq_lock!(false, "rsrdma_ctrl::reconnect_gate"),
                 // SAFETY: as above.
                 abort_work <- unsafe { Work::new(abort_work,
                     bindings::rsrdma_work_class_RSRDMA_WORK_ABORT) },

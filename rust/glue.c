@@ -505,9 +505,18 @@ void rsrdma_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len)
 
 /* Interrupt-safe spinlock ---------------------------------------------------------------- */
 
-void rsrdma_spin_lock_init(spinlock_t *lock)
+/* As the kernel crate's helper for its SpinLock: a lockdep class per Rust call site. */
+void rsrdma_spin_lock_init(spinlock_t *lock, const char *name, struct lock_class_key *key)
 {
+#ifdef CONFIG_DEBUG_SPINLOCK
+# if defined(CONFIG_PREEMPT_RT)
+	__spin_lock_init(lock, name, key, false);
+# else
+	__raw_spin_lock_init(spinlock_check(lock), name, key, LD_WAIT_CONFIG);
+# endif
+#else
 	spin_lock_init(lock);
+#endif
 }
 
 unsigned long rsrdma_spin_lock_irqsave(spinlock_t *lock)

@@ -123,7 +123,7 @@ struct scatterlist *rsrdma_sg_next(struct scatterlist *sg);
 void rsrdma_sg_set_dma(struct scatterlist *sg, u64 dma_addr, unsigned int len);
 
 /* An interrupt-safe spinlock: 6.12's Rust SpinLock has no irqsave variant. */
-void rsrdma_spin_lock_init(spinlock_t *lock);
+void rsrdma_spin_lock_init(spinlock_t *lock, const char *name, struct lock_class_key *key);
 unsigned long rsrdma_spin_lock_irqsave(spinlock_t *lock);
 void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 

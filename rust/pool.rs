@@ -13,7 +13,7 @@ use crate::proto::pool::{
     chunk_spans, map_size, mr_page_size, Buddy, PoolLayout, PoolParams, QueueParams, Slice,
 };
 use crate::rdma::{Device, DmaDir, DmaMap, Mr, Pd};
-use crate::sync::IrqLock;
+use crate::sync::{new_irq_lock, IrqLock};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::ffi::c_void;
@@ -119,8 +119,8 @@ impl Pool {
                     return Ok(try_pin_init!(Self {
                         layout,
                         chunks,
-                        admin_large <- IrqLock::new(admin_buddy),
-                        io_large <- IrqLock::new(io_buddy),
+                        admin_large <- new_irq_lock!(admin_buddy, "rsrdma_pool::admin_large"),
+                        io_large <- new_irq_lock!(io_buddy, "rsrdma_pool::io_large"),
                         large_failures: AtomicU64::new(0),
                         slots_in_use: AtomicU32::new(0),
                         slots_high: AtomicU32::new(0),

@@ -8,7 +8,7 @@
 
 use crate::bindings;
 use crate::ctrl::RdmaCtrl;
-use crate::sync::IrqLock;
+use crate::sync::{new_irq_lock, IrqLock};
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use kernel::ffi::{c_int, c_void};
@@ -105,8 +105,8 @@ pub(crate) struct CtrlStats {
 impl CtrlStats {
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(Self {
-            last_error <- IrqLock::new((Text::new(), 0)),
-            device <- IrqLock::new(Text::new()),
+            last_error <- new_irq_lock!((Text::new(), 0), "rsrdma_stats::last_error"),
+            device <- new_irq_lock!(Text::new(), "rsrdma_stats::device"),
             last_reconnect_ms: AtomicU64::new(0),
         })
     }

@@ -11,6 +11,8 @@ use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::init::PinInit;
 use kernel::prelude::*;
+use kernel::str::CStr;
+use kernel::sync::LockClassKey;
 use kernel::types::Opaque;
 
 /// A spinlock taken with interrupts disabled, for state shared between process context and
@@ -27,11 +29,31 @@ unsafe impl<T: Send> Send for IrqLock<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for IrqLock<T> {}
 
+/// Creates an [`IrqLock`] holding `$data`, in a lockdep class of its own (one per place this
+/// is written) named `$name`.
+macro_rules! new_irq_lock {
+    ($data:expr, $name:literal $(,)?) => {
+        $crate::sync::IrqLock::new($data, kernel::c_str!($name), kernel::static_lock_class!())
+    };
+}
+pub(crate) use new_irq_lock;
+
 impl<T> IrqLock<T> {
-    pub(crate) fn new(data: T) -> impl PinInit<Self> {
+    /// Use [`new_irq_lock!`], which gives each place its own class.
+    pub(crate) fn new(
+        data: T,
+        name: &'static CStr,
+        key: &'static LockClassKey,
+    ) -> impl PinInit<Self> {
+        // `LockClassKey` is a transparent wrapper of the C key (`kernel::sync`), whose pointer
+        // accessor is private to the kernel crate.
+        let key = key as *const LockClassKey as *mut bindings::lock_class_key;
         pin_init!(Self {
-            // SAFETY: `spin_lock_init` initializes the spinlock in place.
-            lock <- Opaque::ffi_init(|p| unsafe { bindings::rsrdma_spin_lock_init(p) }),
+            // SAFETY: initializes the spinlock in place; the name and the (static) key outlive
+            // it, as lockdep requires.
+            lock <- Opaque::ffi_init(move |p| unsafe {
+                bindings::rsrdma_spin_lock_init(p, name.as_char_ptr(), key)
+            }),
             data: UnsafeCell::new(data),
         })
     }
