@@ -69,8 +69,10 @@ impl TransportRegistration {
     }
 }
 
-// SAFETY: after registration the fabrics core only reads the ops under its own lock, and `Self`
-// has no other state; the raw pointers inside point to `'static` data (name, module).
+// SAFETY: after registration the fabrics core only reads the ops: it finds them under its own
+// lock and reads them on after taking a reference to the module (`try_module_get`), which keeps
+// the registration (dropped at module unload) alive meanwhile. `Self` has no other state; the
+// raw pointers inside point to `'static` data (name, module).
 unsafe impl Send for TransportRegistration {}
 // SAFETY: `&Self` gives no access to the ops at all.
 unsafe impl Sync for TransportRegistration {}
@@ -225,8 +227,14 @@ impl Registry {
         }
     }
 
-    /// Takes a reference to every listed controller (skipping those being freed).
+    /// Takes a reference to every listed controller (skipping those being freed); none when
+    /// the room for the list cannot be allocated (logged).
     fn get_all(&self) -> KVec<CtrlHold> {
+        self.try_get_all().unwrap_or_default()
+    }
+
+    /// As `get_all`, but `None` when the room for the list cannot be allocated.
+    fn try_get_all(&self) -> Option<KVec<CtrlHold>> {
         let ctrls = self.ctrls.lock();
         // Room first: a reference taken and then dropped under the lock could be the last
         // one, and freeing the controller takes the lock (`unlist`).
@@ -236,7 +244,7 @@ impl Registry {
                 "out of memory listing {} controllers",
                 ctrls.len()
             );
-            return KVec::new();
+            return None;
         };
         for c in ctrls.iter() {
             // SAFETY: listed controllers are alive until `unlist`, which needs the lock.
@@ -247,7 +255,7 @@ impl Registry {
                 let _ = out.push(CtrlHold(NonNull::from(ctrl)), GFP_KERNEL);
             }
         }
-        out
+        Some(out)
     }
 
     /// Deletes every controller and waits for the deletions (module unload).
@@ -258,9 +266,13 @@ impl Registry {
     pub(crate) fn delete_all(&self) {
         let mut logged = false;
         loop {
-            for ctrl in self.get_all() {
-                ctrl.nvme().delete();
-            }
+            // The references go as each deletion is queued: a controller is freed only once
+            // they are all dropped.
+            let listed = self.try_get_all().map(|ctrls| {
+                for ctrl in ctrls {
+                    ctrl.nvme().delete();
+                }
+            });
             Wq::Delete.flush();
             let mut alive = self.alive.lock();
             if *alive == 0 {
@@ -274,8 +286,16 @@ impl Registry {
                 );
                 logged = true;
             }
-            // Then list them again: a listing that ran out of memory is retried.
-            self.freed.wait(&mut alive);
+            if listed.is_some() {
+                // Then list them again, for a controller listed meanwhile.
+                self.freed.wait(&mut alive);
+            } else {
+                // Nothing was deleted, so nothing may be freed to wake us: retry the listing
+                // in a while (at once if a signal is pending, which only repeats the loop).
+                let _ = self
+                    .freed
+                    .wait_interruptible_timeout(&mut alive, kernel::time::msecs_to_jiffies(100));
+            }
         }
     }
 
