@@ -235,7 +235,10 @@ pub(crate) fn process_response(queue: &Queue, _conn: &Conn, raw: &[u8; 16], inva
             queue.qid(),
             cqe.command_id
         );
-        ctrl.error_recovery(format_args!("duplicate response on queue {}", queue.qid()));
+        ctrl.error_recovery(format_args!(
+            "response for a command not in flight on queue {}",
+            queue.qid()
+        ));
         return;
     }
     if queue.qid() != 0 {
