@@ -8,7 +8,7 @@
 
 use crate::bindings;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use kernel::error::{from_err_ptr, to_result};
 use kernel::ffi::c_void;
 use kernel::prelude::*;
@@ -586,10 +586,11 @@ struct Poller {
     kick: Opaque<bindings::irq_work>,
     /// The CQ, set once it exists and before it is armed: no poll is scheduled before.
     cq: AtomicPtr<bindings::ib_cq>,
-    /// Set while `poll_cq` runs. A poll ends its instance (`irq_poll_complete`) before it
-    /// re-arms the CQ, so `irq_poll_disable` can return while the poll still uses the CQ;
-    /// `Cq::drop` then waits for this to clear.
-    polling: AtomicBool,
+    /// The polls running (`poll_cq`). A poll ends its instance (`irq_poll_complete`) before
+    /// it re-arms the CQ, so `irq_poll_disable` can return while it still uses the CQ, and a
+    /// completion after the arming can start a second poll on another CPU meanwhile:
+    /// `Cq::drop` waits for the count to fall to 0.
+    polling: AtomicU32,
     /// The commands outstanding on the queue of the CQ; outlives the CQ (see
     /// [`Cq::softirq`]).
     in_flight: NonNull<AtomicU32>,
@@ -628,7 +629,7 @@ impl Cq {
                     bindings::rsrdma_init_irq_work(work, Some(kick_poll))
                 }),
                 cq: AtomicPtr::new(core::ptr::null_mut()),
-                polling: AtomicBool::new(false),
+                polling: AtomicU32::new(0),
                 in_flight: NonNull::from(in_flight),
             }),
             GFP_KERNEL,
@@ -690,22 +691,24 @@ impl Drop for Cq {
         };
         // The QPs using the CQ were destroyed first, so no completion arrives. Once the poller
         // is disabled nothing schedules a poll of the CQ (scheduling it does nothing), and
-        // once `polling` is clear none runs: a poll that had ended its instance may still have
+        // once `polling` is 0 none runs: a poll that had ended its instance may still have
         // been re-arming the CQ. Once the CQ is destroyed no event handler runs, and the sync
         // waits for a kick the last one raised. Then nothing refers to the poller.
         let kick = p.kick.get();
         // SAFETY: owned, initialized poller.
         unsafe { bindings::irq_poll_disable(p.iop.get()) };
-        // Set before the poll ended its instance, whose release `irq_poll_disable`'s
-        // test-and-set acquired.
-        while p.polling.load(Ordering::Acquire) {
+        // Each poll counted itself before it ended its instance, whose release
+        // `irq_poll_disable`'s test-and-set acquired.
+        while p.polling.load(Ordering::Acquire) != 0 {
             // SAFETY: process context (a CQ is dropped where the queue is torn down).
             unsafe { bindings::msleep(1) };
         }
         // SAFETY: as said above; owned CQ.
         if unsafe { bindings::rsrdma_destroy_cq(self.as_ptr()) } != 0 {
-            // Still in use (a QP on it was not destroyed; the glue warns): the CQ may still
-            // raise events, so its poller must stay. Leaked.
+            // Still in use: a QP on it was not destroyed, which the drop order of the
+            // connection rules out (the glue warns). The CQ may still raise events, so its
+            // poller is leaked; what the handler reads besides (the queue's in-flight count)
+            // is not kept, so this only narrows the damage.
             if let Some(p) = self.poller.take() {
                 core::mem::forget(p);
             }
@@ -760,9 +763,8 @@ unsafe extern "C" fn poll_cq(iop: *mut bindings::irq_poll, budget: i32) -> i32 {
     // SAFETY: `iop` is the `iop` field of a live poller: `Cq::drop` disables it and waits for
     // `polling` to clear before the CQ and the poller go.
     let p = unsafe { &*kernel::container_of!(iop, Poller, iop) };
-    // Only one poll of an instance runs at a time: a plain store suffices. Ordered before
-    // `irq_poll_complete` below by its release.
-    p.polling.store(true, Ordering::Relaxed);
+    // Ordered before `irq_poll_complete` below by its release (see `Cq::drop`).
+    p.polling.fetch_add(1, Ordering::Relaxed);
     let cq = p.cq.load(Ordering::Acquire);
     // SAFETY: the CQ exists (it was armed after `cq` was set, and only an event of it
     // schedules this poll) and is only polled here: irq_poll runs one poll of an instance at a
@@ -779,7 +781,7 @@ unsafe extern "C" fn poll_cq(iop: *mut bindings::irq_poll, budget: i32) -> i32 {
         }
     }
     // The last use of the CQ and the poller by this poll.
-    p.polling.store(false, Ordering::Release);
+    p.polling.fetch_sub(1, Ordering::Release);
     done
 }
 

@@ -291,10 +291,10 @@ impl Registry {
                 self.freed.wait(&mut alive);
             } else {
                 // Nothing was deleted, so nothing may be freed to wake us: retry the listing
-                // in a while (at once if a signal is pending, which only repeats the loop).
-                let _ = self
-                    .freed
-                    .wait_interruptible_timeout(&mut alive, kernel::time::msecs_to_jiffies(100));
+                // in a while.
+                drop(alive);
+                // SAFETY: process context (module unload).
+                unsafe { bindings::msleep(100) };
             }
         }
     }
