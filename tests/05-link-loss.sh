@@ -387,22 +387,39 @@ rxe_readd() {
 # the controller would be deleted. The first attempt races the target's listener going away
 # and has been seen to fail only 10 s after the loss; the delay leaves room for that.
 waiting_reconnect() { dmesg_after "$1" | grep -q "$2: Reconnecting in"; }
-other_device_removed_while_reconnecting() {
-	local ctrl mark t rc=0
-	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy && ip link set rsrdma_dm0 up &&
-		timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 || return 1
-	ctrl=$(fabrics_connect "$opts,reconnect_delay=20,ctrl_loss_tmo=20") &&
-		wait_for 30 in_state "$ctrl" live || rc=1
+
+# second_device_loss up|down OPTS: a second rxe device, rsrdma_x on the dummy netdev rsrdma_dm0
+# (up or down), then a controller connected with OPTS whose target port goes, until its first
+# reconnect attempt has failed and the next one waits. Sets the caller's added (a log mark
+# before the device), ctrl, mark and t (the time of the loss); fails when any step does.
+# second_device_cleanup undoes it all.
+second_device_loss() {
+	ctrl=
+	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy || return 1
+	if [ "$1" = up ]; then ip link set rsrdma_dm0 up || return 1; fi
+	added=$(kmsg_mark)
+	timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 || return 1
+	ctrl=$(fabrics_connect "$2") && wait_for 30 in_state "$ctrl" live || return 1
 	mark=$(kmsg_mark)
 	t=$SECONDS
+	target_port_disable
+	if ! wait_for 25 waiting_reconnect "$mark" "$ctrl"; then
+		echo "no reconnect scheduled $((SECONDS - t)) s after the loss"
+		return 1
+	fi
+	echo "first attempt failed, next one waiting, $((SECONDS - t)) s after the loss"
+}
+second_device_cleanup() {
+	target_port_enable
+	[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
+	timeout 60 rdma link delete rsrdma_x 2>/dev/null
+	ip link delete rsrdma_dm0 2>/dev/null
+}
+
+other_device_removed_while_reconnecting() {
+	local added ctrl mark= t rc=0
+	second_device_loss up "$opts,reconnect_delay=20,ctrl_loss_tmo=20" || rc=1
 	if ((rc == 0)); then
-		target_port_disable
-		if wait_for 20 waiting_reconnect "$mark" "$ctrl"; then
-			echo "first attempt failed, next one waiting, $((SECONDS - t)) s after the loss"
-		else
-			echo "no reconnect scheduled $((SECONDS - t)) s after the loss"
-			rc=1
-		fi
 		timeout 60 rdma link delete rsrdma_x || rc=1
 		echo "rsrdma_x removed $((SECONDS - t)) s after the loss, $ctrl $(ctrl_state "$ctrl")"
 		target_port_enable
@@ -412,17 +429,14 @@ other_device_removed_while_reconnecting() {
 			echo "$ctrl $(ctrl_state "$ctrl") $((SECONDS - t)) s after the loss"
 			rc=1
 		fi
-		# All of the controller's lines when it failed (why the first attempt took long).
-		if ((rc == 0)); then
-			dmesg_after "$mark" | grep -E "$ctrl: .*([Rr]econnect|giving up)"
-		else
-			dmesg_after "$mark" | grep -E "$ctrl: " | tail -n 40
-		fi
 	fi
-	target_port_enable
-	[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
-	timeout 60 rdma link delete rsrdma_x 2>/dev/null
-	ip link delete rsrdma_dm0
+	# All of the controller's lines when it failed (why the first attempt took long).
+	if ((rc == 0)); then
+		dmesg_after "$mark" | grep -E "$ctrl: .*([Rr]econnect|giving up)"
+	elif [ -n "$mark" ]; then
+		dmesg_after "$mark" | grep -E "$ctrl: " | tail -n 40
+	fi
+	second_device_cleanup
 	return $rc
 }
 ktap_check "another RDMA device removed while a reconnect waits: the attempt keeps its time" \
@@ -432,24 +446,14 @@ ktap_check "another RDMA device removed while a reconnect waits: the attempt kee
 # An RDMA device can be added while its netdev is down (no carrier yet at boot). The first
 # "active" event of its port is then a change like any other, and brings forward a reconnect
 # attempt that waits out its delay. The device is added before the loss (adding one brings the
-# attempts forward too); with reconnect_delay=30 the attempt after the first failed one would
-# come 30 s after it.
+# attempts forward too); with reconnect_delay=60 the attempt after the first failed one would
+# come a minute after it. The port's "down" event at the device's registration may reach the
+# handler before or after the watch starts: either way it is no change (the port was down), and
+# a module that took the port for up would log it, or swallow the "active" one.
 port_up_on_device_added_down() {
-	local ctrl mark t rc=0
-	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy &&
-		timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 || return 1
-	ctrl=$(fabrics_connect "$opts,reconnect_delay=30,ctrl_loss_tmo=120") &&
-		wait_for 30 in_state "$ctrl" live || rc=1
-	mark=$(kmsg_mark)
-	t=$SECONDS
+	local added ctrl mark= t rc=0
+	second_device_loss down "$opts,reconnect_delay=60,ctrl_loss_tmo=120" || rc=1
 	if ((rc == 0)); then
-		target_port_disable
-		if wait_for 25 waiting_reconnect "$mark" "$ctrl"; then
-			echo "first attempt failed, next one waiting, $((SECONDS - t)) s after the loss"
-		else
-			echo "no reconnect scheduled $((SECONDS - t)) s after the loss"
-			rc=1
-		fi
 		target_port_enable
 		t=$SECONDS
 		ip link set rsrdma_dm0 up
@@ -459,12 +463,17 @@ port_up_on_device_added_down() {
 			echo "$ctrl $(ctrl_state "$ctrl") $((SECONDS - t)) s after rsrdma_x's port came up"
 			rc=1
 		fi
-		dmesg_after "$mark" | grep -E "rsrdma_x port|$ctrl: .*([Rr]econnect|giving up)"
+		if ! dmesg_after "$mark" | grep -q "rsrdma_x port 1 active"; then
+			echo "no \"rsrdma_x port 1 active\" line"
+			rc=1
+		fi
+		if dmesg_after "$added" | grep -q "rsrdma_x port 1 down"; then
+			echo "the port, down from the start, was reported going down"
+			rc=1
+		fi
 	fi
-	target_port_enable
-	[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
-	timeout 60 rdma link delete rsrdma_x 2>/dev/null
-	ip link delete rsrdma_dm0
+	[ -z "$mark" ] || dmesg_after "$mark" | grep -E "rsrdma_x port|$ctrl: .*([Rr]econnect|giving up)"
+	second_device_cleanup
 	return $rc
 }
 ktap_check "a port coming up on a device added while it was down brings the reconnect forward" \
