@@ -363,7 +363,6 @@ fn map_command(
     let tag = rq.tag();
     let mut sqe = req.sqe();
 
-    req.arm(false);
     req.set_data(None);
 
     let mut inline = None;
@@ -377,7 +376,6 @@ fn map_command(
     let desc = if len == 0 {
         KeyedSgl::default().encode()
     } else if let Some(sges) = own_pages(queue, conn, rq, len, is_write) {
-        req.arm(true);
         inline = Some(InCapsule::Pages(sges, req.send_cqe.get()));
         Some(in_capsule())
     } else {
@@ -435,6 +433,9 @@ fn map_command(
     if tag as usize >= queue.ring_depth() as usize {
         return Err(EINVAL);
     }
+    // Once, now that it is known whether the send completes into the request; before any
+    // failure above the request stays disarmed.
+    req.arm(matches!(inline, Some(InCapsule::Pages(..))));
     Ok((sqe, inline))
 }
 

@@ -646,7 +646,8 @@ impl Cq {
             poller: Some(poller),
         };
         // SAFETY: the CQ is ours and alive. Armed while empty (no QP uses it yet): the first
-        // completion raises an event. On failure `cq` is dropped, which frees it.
+        // completion raises an event. A positive return (completions already there) cannot
+        // be, and is no failure; on failure `cq` is dropped, which frees it.
         errno(unsafe { bindings::rsrdma_arm_cq(cq.as_ptr()) }.min(0))?;
         Ok(cq)
     }
@@ -709,9 +710,7 @@ impl Drop for Cq {
             // connection rules out (the glue warns). The CQ may still raise events, so its
             // poller is leaked; what the handler reads besides (the queue's in-flight count)
             // is not kept, so this only narrows the damage.
-            if let Some(p) = self.poller.take() {
-                core::mem::forget(p);
-            }
+            core::mem::forget(self.poller.take());
             return;
         }
         // SAFETY: initialized; the CQ, whose handler queued it, is gone.

@@ -268,11 +268,15 @@ impl Registry {
         loop {
             // The references go as each deletion is queued: a controller is freed only once
             // they are all dropped.
-            let listed = self.try_get_all().map(|ctrls| {
-                for ctrl in ctrls {
-                    ctrl.nvme().delete();
+            let listed = match self.try_get_all() {
+                Some(ctrls) => {
+                    for ctrl in ctrls {
+                        ctrl.nvme().delete();
+                    }
+                    true
                 }
-            });
+                None => false,
+            };
             Wq::Delete.flush();
             let mut alive = self.alive.lock();
             if *alive == 0 {
@@ -286,7 +290,7 @@ impl Registry {
                 );
                 logged = true;
             }
-            if listed.is_some() {
+            if listed {
                 // Then list them again, for a controller listed meanwhile.
                 self.freed.wait(&mut alive);
             } else {
