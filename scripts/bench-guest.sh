@@ -234,8 +234,8 @@ roce_mtu=$(ibv_devinfo -d "$RXE_NAME" | awk '/active_mtu/ { print $2; exit }')
 note "rxe on $RXE_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
 # The idle loop: halt (the default) or idle=poll (make bench BENCH_IDLE=poll).
 idle=$(sed -n 's/.*\bidle=\([a-z]*\).*/\1/p' /proc/cmdline)
-printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "idle": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
-	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${idle:-halt}" "$ROUNDS" "$SECS" \
+printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "clock": "%s", "idle": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
+	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${BENCH_CLOCK:-real}" "${idle:-halt}" "$ROUNDS" "$SECS" \
 	"${netdev_mtu:-null}" "${roce_mtu:-null}" >>"$OUTF"
 
 # perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb"),

@@ -118,9 +118,22 @@ def report(args):
     out = {"info": info, "raw_rxe": raw, "raw_ceiling_mib_s": ceiling,
            "raw_ceiling_by_verb_mib_s": verb_ceiling, "figures": []}
     out["max_io_kib"] = [r["max_io"] for r in recs if "max_io" in r]
-    print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, idle loop %s, %s rounds of"
-          " %s s per job" % (info.get("kernel"), info.get("vcpus"), info.get("accel"),
-                             info.get("idle", "halt"), info.get("rounds"), info.get("seconds")))
+    clock = info.get("clock", "real")
+    print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, %s clock, idle loop %s, %s"
+          " rounds of %s s per job" % (info.get("kernel"), info.get("vcpus"), info.get("accel"),
+                                       clock, info.get("idle", "halt"), info.get("rounds"),
+                                       info.get("seconds")))
+    if clock == "icount":
+        for line in (
+                "clock: QEMU icount, one guest instruction per 2 ns of guest time, the vCPUs"
+                " taking turns:",
+                "  figures count the instructions a path costs, whatever the host's load; an"
+                " idle vCPU",
+                "  costs nothing, two busy ones are no faster than one (and guest CPU time also"
+                " counts",
+                "  a vCPU's wait for its turn: the CPU per I/O rows overstate work that keeps"
+                " both busy)"):
+            print(line)
     print("fabric: rxe on a netdev of MTU %s (RoCE MTU %s), target and host in the same guest"
           % (info.get("netdev_mtu", "?"), info.get("roce_mtu", "?")))
     for r in raw:

@@ -10,7 +10,9 @@
 # RXE_MTU (the MTU of the netdev under rxe; default the guest's 1500, RoCE MTU 1024, as in the
 # tests; RXE_MTU=9000 gives RoCE MTU 4096, as jumbo-frame RoCE deployments run),
 # BENCH_IDLE=poll (boot the guest with idle=poll: idle vCPUs spin instead of halting; under TCG
-# waking a halted vCPU dominates QD1 latency, see Documentation/testing.rst).
+# waking a halted vCPU dominates QD1 latency, see Documentation/testing.rst),
+# BENCH_CLOCK=icount (a TCG guest whose clock counts instructions, 2 ns each: figures that do
+# not depend on the host's speed or load, the CPU cost of each path; see vm.sh -i).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,16 +29,22 @@ out=$repo/out/bench-$stamp
 mkdir -p "$out" "$repo/results"
 if [ -n "${KDIR:-}" ]; then kdir=$("$here/check-kdir.sh" "$KDIR"); else kdir=$("$here/kernel.sh" "${KERNEL:-default}"); fi
 accel=$("$here/accel.sh" "$kdir")
-idle=()
+vm_opts=()
 case "${BENCH_IDLE:-halt}" in
 halt) ;;
-poll) idle=(-a idle=poll) ;;
+poll) vm_opts=(-a idle=poll) ;;
 *) die "BENCH_IDLE=$BENCH_IDLE: halt or poll" ;;
+esac
+clock=${BENCH_CLOCK:-real}
+case "$clock" in
+real) ;;
+icount) accel=tcg vm_opts+=(-i 1) ;;
+*) die "BENCH_CLOCK=$clock: real or icount" ;;
 esac
 start=$(date +%s)
 rc=0
 # The guest script holds the defaults: an empty variable means its default.
-"$here/vm.sh" -t 2400 -o "$out" "${idle[@]}" -- env BENCH_ACCEL="$accel" \
+"$here/vm.sh" -t 2400 -o "$out" "${vm_opts[@]}" -- env BENCH_ACCEL="$accel" BENCH_CLOCK="$clock" \
 	BENCH_ROUNDS="${BENCH_ROUNDS:-}" BENCH_SECONDS="${BENCH_SECONDS:-}" \
 	BENCH_BACKINGS="${BENCH_BACKINGS:-}" BENCH_JOBS="${BENCH_JOBS:-}" \
 	BENCH_PROFILE="${BENCH_PROFILE:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" \

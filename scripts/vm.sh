@@ -3,7 +3,8 @@
 #
 # Boot the guest kernel, run one command in it as root and return its exit status.
 #
-#   scripts/vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] [-a KERNEL_ARG]... -- COMMAND [ARGS...]
+#   scripts/vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] [-a KERNEL_ARG]... [-i SHIFT]
+#                 -- COMMAND [ARGS...]
 #
 # The guest is virtme-ng: it shares the host's root file system read-only (so nvme-cli, fio,
 # rdma and the repository are all there) and OUTDIR read-write. The command's output is
@@ -11,21 +12,26 @@
 # status. A guest that hangs is killed at the timeout (exit status 124): CI never hangs.
 # One guest at a time per machine: a second vm.sh waits for the first (a lock in the cache).
 # Environment inside the guest: RSRDMA_REPO (this repository), RSRDMA_OUT (OUTDIR). -a adds a
-# kernel command-line argument (the benchmark uses it for the guest's idle loop).
+# kernel command-line argument (the benchmark uses it for the guest's idle loop). -i runs a TCG
+# guest on an instruction-counting clock (QEMU -icount shift=SHIFT,sleep=off): each guest
+# instruction advances the guest's clock by 2^SHIFT ns and an idle guest's clock jumps to its
+# next timer, so the guest's timings no longer depend on the host's speed or load (the vCPUs
+# then take turns on one host thread). It uses TCG even where KVM works.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-timeout_s=900 cpus=2 memory=3G out= append="printk.time=1 sysctl.kernel.hung_task_timeout_secs=60"
-while getopts "t:c:m:o:a:" opt; do
+timeout_s=900 cpus=2 memory=3G out= icount= append="printk.time=1 sysctl.kernel.hung_task_timeout_secs=60"
+while getopts "t:c:m:o:a:i:" opt; do
 	case "$opt" in
 	t) timeout_s=$OPTARG ;;
 	c) cpus=$OPTARG ;;
 	m) memory=$OPTARG ;;
 	o) out=$OPTARG ;;
 	a) append+=" $OPTARG" ;;
-	*) die "usage: vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] [-a KERNEL_ARG]... -- COMMAND..." ;;
+	i) icount=$OPTARG ;;
+	*) die "usage: vm.sh [-t TIMEOUT_S] [-c CPUS] [-m MEMORY] [-o OUTDIR] [-a KERNEL_ARG]... [-i SHIFT] -- COMMAND..." ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -78,11 +84,18 @@ fi
 
 accel=$("$here/accel.sh" "$kdir")
 accel_opts=()
-if [ "$accel" = tcg ]; then
+if [ -n "$icount" ]; then
+	[[ "$icount" =~ ^[0-9]+$ ]] && ((icount <= 10)) || die "-i $icount: a shift of 0 to 10"
+	# A TCG feature, also where KVM would run; it needs the vCPUs on one host thread (QEMU
+	# refuses it with thread=multi).
+	accel=tcg
+	accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=single
+		--qemu-opt=-icount --qemu-opt="shift=$icount,sleep=off")
+elif [ "$accel" = tcg ]; then
 	accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=multi)
 fi
 
-log "booting $(cat "$kdir/include/config/kernel.release") ($accel, $cpus vCPUs, $memory) for: $*"
+log "booting $(cat "$kdir/include/config/kernel.release") ($accel${icount:+ icount shift $icount}, $cpus vCPUs, $memory) for: $*"
 start=$(date +%s)
 timeout -k 10 "$timeout_s" vng --run "$kdir" --user root --cpus "$cpus" --memory "$memory" \
 	--network user --rwdir="$out" "${accel_opts[@]}" \
