@@ -234,8 +234,9 @@ roce_mtu=$(ibv_devinfo -d "$RXE_NAME" | awk '/active_mtu/ { print $2; exit }')
 note "rxe on $RXE_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
 # The idle loop: halt (the default) or idle=poll (make bench BENCH_IDLE=poll).
 idle=$(sed -n 's/.*\bidle=\([a-z]*\).*/\1/p' /proc/cmdline)
-printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "clock": "%s", "idle": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
-	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${BENCH_CLOCK:-real}" "${idle:-halt}" "$ROUNDS" "$SECS" \
+printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "clock": "%s", "icount_shift": %s, "idle": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
+	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${BENCH_CLOCK:-real}" "${BENCH_ICOUNT_SHIFT:-null}" \
+	"${idle:-halt}" "$ROUNDS" "$SECS" \
 	"${netdev_mtu:-null}" "${roce_mtu:-null}" >>"$OUTF"
 
 # perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb"),
@@ -311,7 +312,8 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 	pjob=${BENCH_PROFILE_JOB:-iops4k}
 	bench_target null || { note "bench target (null) failed"; exit 1; }
 	# perf report of transport $1's samples, with the out-of-tree module's symbols from kallsyms.
-	preport() { perf report -i "/tmp/perf.$1" --kallsyms=/proc/kallsyms --no-children "${@:2}"; }
+	# -g none: the shares only, without call chains (whose lines would pass for rows below).
+	preport() { perf report -i "/tmp/perf.$1" --kallsyms=/proc/kallsyms --no-children -g none "${@:2}"; }
 	# perf_ctl COMMAND: a command to the running perf record, answered once perf has done it.
 	perf_ctl() {
 		echo "$1" >&"$pctl"

@@ -125,8 +125,8 @@ def report(args):
                                        info.get("seconds")))
     if clock == "icount":
         for line in (
-                "clock: QEMU icount, one guest instruction per 2 ns of guest time, the vCPUs"
-                " taking turns:",
+                "clock: QEMU icount, one guest instruction per %d ns of guest time, the vCPUs"
+                " taking turns:" % 2 ** info.get("icount_shift", 1),
                 "  figures count the instructions a path costs, whatever the host's load; an"
                 " idle vCPU",
                 "  costs nothing, two busy ones are no faster than one (and guest CPU time also"

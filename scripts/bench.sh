@@ -28,23 +28,27 @@ stamp=$(date +%Y%m%d-%H%M%S)
 out=$repo/out/bench-$stamp
 mkdir -p "$out" "$repo/results"
 if [ -n "${KDIR:-}" ]; then kdir=$("$here/check-kdir.sh" "$KDIR"); else kdir=$("$here/kernel.sh" "${KERNEL:-default}"); fi
-accel=$("$here/accel.sh" "$kdir")
 vm_opts=()
 case "${BENCH_IDLE:-halt}" in
 halt) ;;
 poll) vm_opts=(-a idle=poll) ;;
 *) die "BENCH_IDLE=$BENCH_IDLE: halt or poll" ;;
 esac
-clock=${BENCH_CLOCK:-real}
+clock=${BENCH_CLOCK:-real} icount_shift=
 case "$clock" in
-real) ;;
-icount) accel=tcg vm_opts+=(-i 1) ;;
+real) accel=$("$here/accel.sh" "$kdir") ;;
+icount)
+	# A polling idle vCPU would spend instructions, and turns, doing nothing.
+	[ "${BENCH_IDLE:-halt}" = halt ] || die "BENCH_CLOCK=icount counts idle polling as work: use BENCH_IDLE=halt"
+	accel=tcg icount_shift=1
+	vm_opts+=(-i "$icount_shift")
+	;;
 *) die "BENCH_CLOCK=$clock: real or icount" ;;
 esac
 start=$(date +%s)
 rc=0
 # The guest script holds the defaults: an empty variable means its default.
-"$here/vm.sh" -t 2400 -o "$out" "${vm_opts[@]}" -- env BENCH_ACCEL="$accel" BENCH_CLOCK="$clock" \
+"$here/vm.sh" -t 2400 -o "$out" "${vm_opts[@]}" -- env BENCH_ACCEL="$accel" BENCH_CLOCK="$clock" BENCH_ICOUNT_SHIFT="$icount_shift" \
 	BENCH_ROUNDS="${BENCH_ROUNDS:-}" BENCH_SECONDS="${BENCH_SECONDS:-}" \
 	BENCH_BACKINGS="${BENCH_BACKINGS:-}" BENCH_JOBS="${BENCH_JOBS:-}" \
 	BENCH_PROFILE="${BENCH_PROFILE:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" \

@@ -15,8 +15,8 @@
 # kernel command-line argument (the benchmark uses it for the guest's idle loop). -i runs a TCG
 # guest on an instruction-counting clock (QEMU -icount shift=SHIFT,sleep=off): each guest
 # instruction advances the guest's clock by 2^SHIFT ns and an idle guest's clock jumps to its
-# next timer, so the guest's timings no longer depend on the host's speed or load (the vCPUs
-# then take turns on one host thread). It uses TCG even where KVM works.
+# next timer, so the guest's timings hardly depend on the host's speed or load (the vCPUs
+# then take turns on one host thread). It always runs under TCG, even where KVM works.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -82,17 +82,20 @@ if grep -q '^CONFIG_KASAN=y' "$kdir/.config"; then
 	append+=" no5lvl"
 fi
 
-accel=$("$here/accel.sh" "$kdir")
 accel_opts=()
 if [ -n "$icount" ]; then
-	[[ "$icount" =~ ^[0-9]+$ ]] && ((icount <= 10)) || die "-i $icount: a shift of 0 to 10"
+	[[ "$icount" =~ ^([0-9]|10)$ ]] || die "-i $icount: a shift of 0 to 10"
 	# A TCG feature, also where KVM would run; it needs the vCPUs on one host thread (QEMU
-	# refuses it with thread=multi).
+	# refuses it with thread=multi). sleep=off is the mode that jumps an idle guest's clock
+	# to its next timer (QEMU's own -icount help had sleep=on and off the wrong way round).
 	accel=tcg
 	accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=single
 		--qemu-opt=-icount --qemu-opt="shift=$icount,sleep=off")
-elif [ "$accel" = tcg ]; then
-	accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=multi)
+else
+	accel=$("$here/accel.sh" "$kdir")
+	if [ "$accel" = tcg ]; then
+		accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=multi)
+	fi
 fi
 
 log "booting $(cat "$kdir/include/config/kernel.release") ($accel${icount:+ icount shift $icount}, $cpus vCPUs, $memory) for: $*"
