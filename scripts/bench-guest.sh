@@ -232,10 +232,12 @@ rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
 netdev_mtu=$(cat "/sys/class/net/$RXE_NETDEV/mtu")
 roce_mtu=$(ibv_devinfo -d "$RXE_NAME" | awk '/active_mtu/ { print $2; exit }')
 note "rxe on $RXE_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
-# The idle loop: halt (the default) or idle=poll (make bench BENCH_IDLE=poll).
+# The idle loop: halt (the default) or idle=poll (make bench BENCH_IDLE=poll). The clock is
+# "icount" when BENCH_ICOUNT_SHIFT is set (make bench BENCH_CLOCK=icount), else "real".
 idle=$(sed -n 's/.*\bidle=\([a-z]*\).*/\1/p' /proc/cmdline)
+clock=${BENCH_ICOUNT_SHIFT:+icount}
 printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "clock": "%s", "icount_shift": %s, "idle": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
-	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${BENCH_CLOCK:-real}" "${BENCH_ICOUNT_SHIFT:-null}" \
+	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${clock:-real}" "${BENCH_ICOUNT_SHIFT:-null}" \
 	"${idle:-halt}" "$ROUNDS" "$SECS" \
 	"${netdev_mtu:-null}" "${roce_mtu:-null}" >>"$OUTF"
 

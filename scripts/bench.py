@@ -124,16 +124,12 @@ def report(args):
                                        clock, info.get("idle", "halt"), info.get("rounds"),
                                        info.get("seconds")))
     if clock == "icount":
-        for line in (
-                "clock: QEMU icount, one guest instruction per %d ns of guest time, the vCPUs"
-                " taking turns:" % 2 ** info.get("icount_shift", 1),
-                "  figures count the instructions a path costs, whatever the host's load; an"
-                " idle vCPU",
-                "  costs nothing, two busy ones are no faster than one (and guest CPU time also"
-                " counts",
-                "  a vCPU's wait for its turn: the CPU per I/O rows overstate work that keeps"
-                " both busy)"):
-            print(line)
+        print("""\
+clock: QEMU icount, one guest instruction per %d ns of guest time, the vCPUs taking turns:
+  figures count the instructions a path costs, whatever the host's load; an idle vCPU
+  costs nothing, two busy ones are no faster than one (and guest CPU time also counts
+  a vCPU's wait for its turn: the CPU per I/O rows overstate work that keeps both busy)"""
+              % 2 ** info.get("icount_shift", 1))
     print("fabric: rxe on a netdev of MTU %s (RoCE MTU %s), target and host in the same guest"
           % (info.get("netdev_mtu", "?"), info.get("roce_mtu", "?")))
     for r in raw:

@@ -11,8 +11,8 @@
 # tests; RXE_MTU=9000 gives RoCE MTU 4096, as jumbo-frame RoCE deployments run),
 # BENCH_IDLE=poll (boot the guest with idle=poll: idle vCPUs spin instead of halting; under TCG
 # waking a halted vCPU dominates QD1 latency, see Documentation/testing.rst),
-# BENCH_CLOCK=icount (a TCG guest whose clock counts instructions, 2 ns each: figures that do
-# not depend on the host's speed or load, the CPU cost of each path; see vm.sh -i).
+# BENCH_CLOCK=icount (a TCG guest whose clock counts instructions, 2 ns each: figures that
+# hardly depend on the host's speed or load, the CPU cost of each path; see vm.sh -i).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,8 +34,8 @@ halt) ;;
 poll) vm_opts=(-a idle=poll) ;;
 *) die "BENCH_IDLE=$BENCH_IDLE: halt or poll" ;;
 esac
-clock=${BENCH_CLOCK:-real} icount_shift=
-case "$clock" in
+icount_shift=
+case "${BENCH_CLOCK:-real}" in
 real) accel=$("$here/accel.sh" "$kdir") ;;
 icount)
 	# A polling idle vCPU would spend instructions, and turns, doing nothing.
@@ -43,12 +43,12 @@ icount)
 	accel=tcg icount_shift=1
 	vm_opts+=(-i "$icount_shift")
 	;;
-*) die "BENCH_CLOCK=$clock: real or icount" ;;
+*) die "BENCH_CLOCK=$BENCH_CLOCK: real or icount" ;;
 esac
 start=$(date +%s)
 rc=0
 # The guest script holds the defaults: an empty variable means its default.
-"$here/vm.sh" -t 2400 -o "$out" "${vm_opts[@]}" -- env BENCH_ACCEL="$accel" BENCH_CLOCK="$clock" BENCH_ICOUNT_SHIFT="$icount_shift" \
+"$here/vm.sh" -t 2400 -o "$out" "${vm_opts[@]}" -- env BENCH_ACCEL="$accel" BENCH_ICOUNT_SHIFT="$icount_shift" \
 	BENCH_ROUNDS="${BENCH_ROUNDS:-}" BENCH_SECONDS="${BENCH_SECONDS:-}" \
 	BENCH_BACKINGS="${BENCH_BACKINGS:-}" BENCH_JOBS="${BENCH_JOBS:-}" \
 	BENCH_PROFILE="${BENCH_PROFILE:-}" BENCH_PROFILE_JOB="${BENCH_PROFILE_JOB:-}" \
