@@ -185,6 +185,11 @@ u16 rsrdma_nvme_cid(struct request *rq)
 	return nvme_cid(rq);
 }
 
+struct request *rsrdma_tag_to_rq(struct blk_mq_tags *tags, unsigned int tag)
+{
+	return blk_mq_tag_to_rq(tags, tag);
+}
+
 struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id)
 {
 	return nvme_find_rq(tags, command_id);
@@ -371,6 +376,11 @@ void rsrdma_update_fast_reg_key(struct ib_mr *mr, u8 newkey)
 	ib_update_fast_reg_key(mr, newkey);
 }
 
+bool rsrdma_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}
+
 int rsrdma_ibdev_to_node(struct ib_device *dev)
 {
 	return ibdev_to_node(dev);
@@ -544,6 +554,16 @@ void rsrdma_rcu_read_unlock(void)
 	rcu_read_unlock();
 }
 
+unsigned long rsrdma_rcu_get_state(void)
+{
+	return get_state_synchronize_rcu();
+}
+
+void rsrdma_cond_synchronize_rcu(unsigned long cookie)
+{
+	cond_synchronize_rcu(cookie);
+}
+
 /* debugfs -------------------------------------------------------------------------------- */
 
 struct dentry *rsrdma_debugfs_dir(const char *name, struct dentry *parent)
@@ -551,15 +571,18 @@ struct dentry *rsrdma_debugfs_dir(const char *name, struct dentry *parent)
 	return debugfs_create_dir(name, parent);
 }
 
-static int rsrdma_stats_show(struct seq_file *m, void *unused)
+static int rsrdma_show(struct seq_file *m, void *unused)
 {
-	return rsrdma_ctrl_show(m, m->private);
-}
-DEFINE_SHOW_ATTRIBUTE(rsrdma_stats);
+	struct rsrdma_show_file *file = m->private;
 
-struct dentry *rsrdma_debugfs_stats(struct dentry *parent, void *ctrl)
+	return file->show(m, file);
+}
+DEFINE_SHOW_ATTRIBUTE(rsrdma);
+
+struct dentry *rsrdma_debugfs_show_file(const char *name, struct dentry *parent,
+					struct rsrdma_show_file *file)
 {
-	return debugfs_create_file("stats", 0444, parent, ctrl, &rsrdma_stats_fops);
+	return debugfs_create_file(name, 0444, parent, file, &rsrdma_fops);
 }
 
 /* Waits for readers of the files below @dentry to finish. */
@@ -575,6 +598,16 @@ void rsrdma_seq_puts(struct seq_file *m, const char *s)
 
 /* Memory, work items, completions -------------------------------------------------------- */
 
+void rsrdma_get_page(struct page *page)
+{
+	get_page(page);
+}
+
+void rsrdma_put_page(struct page *page)
+{
+	put_page(page);
+}
+
 void *rsrdma_alloc_chunk(unsigned int order, int node)
 {
 	struct page *page;
@@ -588,33 +621,27 @@ void rsrdma_free_chunk(void *addr, unsigned int order)
 	free_pages((unsigned long)addr, order);
 }
 
-#ifdef CONFIG_LOCKDEP
-static struct lock_class_key rsrdma_work_keys[RSRDMA_WORK_NR_CLASSES];
-static const char *const rsrdma_work_names[RSRDMA_WORK_NR_CLASSES] = {
-	[RSRDMA_WORK_ERROR_RECOVERY] = "(work_completion)rsrdma_error_recovery",
-	[RSRDMA_WORK_RESET] = "(work_completion)rsrdma_reset",
-	[RSRDMA_WORK_RECONNECT] = "(work_completion)rsrdma_reconnect",
-	[RSRDMA_WORK_ABORT] = "(work_completion)rsrdma_abort",
-};
-#endif
-
-void rsrdma_init_work(struct work_struct *work, work_func_t fn, enum rsrdma_work_class class)
+/*
+ * As INIT_WORK, with the lockdep class a Rust caller gives (one per kind of item, as INIT_WORK
+ * at distinct call sites would give), so that flushing one kind from another is not reported
+ * as recursion.
+ */
+void rsrdma_init_work(struct work_struct *work, work_func_t fn, const char *name,
+		      struct lock_class_key *key)
 {
-	if (WARN_ON_ONCE(class >= RSRDMA_WORK_NR_CLASSES))
-		class = RSRDMA_WORK_ERROR_RECOVERY;
 	__init_work(work, 0);
 	work->data = (atomic_long_t)WORK_DATA_INIT();
 #ifdef CONFIG_LOCKDEP
-	lockdep_init_map(&work->lockdep_map, rsrdma_work_names[class], &rsrdma_work_keys[class], 0);
+	lockdep_init_map(&work->lockdep_map, name, key, 0);
 #endif
 	INIT_LIST_HEAD(&work->entry);
 	work->func = fn;
 }
 
-void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn,
-			      enum rsrdma_work_class class)
+void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn, const char *name,
+			      struct lock_class_key *key)
 {
-	rsrdma_init_work(&dwork->work, fn, class);
+	rsrdma_init_work(&dwork->work, fn, name, key);
 	__init_timer(&dwork->timer, delayed_work_timer_fn, TIMER_IRQSAFE);
 }
 

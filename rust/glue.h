@@ -57,6 +57,7 @@ typedef int (*rsrdma_segment_fn)(void *ctx, void *va, unsigned int len);
 int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx);
 unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max);
 u16 rsrdma_nvme_cid(struct request *rq);
+struct request *rsrdma_tag_to_rq(struct blk_mq_tags *tags, unsigned int tag);
 struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id);
 bool rsrdma_nvme_try_complete_req(struct request *rq, __le16 status, __le64 result);
 bool rsrdma_nvme_check_ready(struct nvme_ctrl *ctrl, struct request *rq, bool queue_live);
@@ -95,6 +96,7 @@ int rsrdma_dereg_mr(struct ib_mr *mr);
 u32 rsrdma_inc_rkey(u32 rkey);
 void rsrdma_update_fast_reg_key(struct ib_mr *mr, u8 newkey);
 int rsrdma_ibdev_to_node(struct ib_device *dev);
+bool rsrdma_ib_device_try_get(struct ib_device *dev);
 bool rsrdma_port_netdev_up(struct ib_device *dev, u32 port);
 u64 rsrdma_ports_down(struct ib_device *dev);
 const char *rsrdma_ibdev_name(struct ib_device *dev);
@@ -130,37 +132,37 @@ void rsrdma_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 /* RCU read-side critical sections: 6.12's kernel crate has no RCU. */
 void rsrdma_rcu_read_lock(void);
 void rsrdma_rcu_read_unlock(void);
+/* A grace period since the state the cookie was taken in (RCU's polled grace periods). */
+unsigned long rsrdma_rcu_get_state(void);
+void rsrdma_cond_synchronize_rcu(unsigned long cookie);
 
 /*
- * debugfs: a directory per controller under /sys/kernel/debug/nvme_rsrdma/ with a "stats"
- * file whose content rsrdma_ctrl_show() (Rust) writes through rsrdma_seq_puts().
+ * debugfs: directories, and read-only files whose content a Rust show function writes through
+ * rsrdma_seq_puts(). The file's private data is the rsrdma_show_file (first member of a Rust
+ * object), passed back to its show function.
  */
 struct dentry;
 struct seq_file;
-struct dentry *rsrdma_debugfs_dir(const char *name, struct dentry *parent);
-struct dentry *rsrdma_debugfs_stats(struct dentry *parent, void *ctrl);
-void rsrdma_debugfs_remove(struct dentry *dentry);
-void rsrdma_seq_puts(struct seq_file *m, const char *s);
-int rsrdma_ctrl_show(struct seq_file *m, void *ctrl);
-
-/* Memory, work items, completions. */
-void *rsrdma_alloc_chunk(unsigned int order, int node);
-void rsrdma_free_chunk(void *addr, unsigned int order);
-/*
- * Work items of a controller. Each kind gets its own lockdep class, as INIT_WORK at distinct
- * call sites would, so flushing one kind from another is not reported as recursion.
- */
-enum rsrdma_work_class {
-	RSRDMA_WORK_ERROR_RECOVERY,
-	RSRDMA_WORK_RESET,
-	RSRDMA_WORK_RECONNECT,
-	RSRDMA_WORK_ABORT,
-	RSRDMA_WORK_NR_CLASSES,
+struct rsrdma_show_file {
+	int (*show)(struct seq_file *m, struct rsrdma_show_file *file);
 };
 
-void rsrdma_init_work(struct work_struct *work, work_func_t fn, enum rsrdma_work_class class);
-void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn,
-			      enum rsrdma_work_class class);
+struct dentry *rsrdma_debugfs_dir(const char *name, struct dentry *parent);
+struct dentry *rsrdma_debugfs_show_file(const char *name, struct dentry *parent,
+					struct rsrdma_show_file *file);
+void rsrdma_debugfs_remove(struct dentry *dentry);
+void rsrdma_seq_puts(struct seq_file *m, const char *s);
+
+/* Memory, work items, completions. */
+void rsrdma_get_page(struct page *page);
+void rsrdma_put_page(struct page *page);
+void *rsrdma_alloc_chunk(unsigned int order, int node);
+void rsrdma_free_chunk(void *addr, unsigned int order);
+/* Work items, in the lockdep class the caller gives (a static key and its name). */
+void rsrdma_init_work(struct work_struct *work, work_func_t fn, const char *name,
+		      struct lock_class_key *key);
+void rsrdma_init_delayed_work(struct delayed_work *dwork, work_func_t fn, const char *name,
+			      struct lock_class_key *key);
 bool rsrdma_queue_work(struct workqueue_struct *wq, struct work_struct *work);
 bool rsrdma_queue_delayed_work(struct workqueue_struct *wq, struct delayed_work *dwork,
 			       unsigned int delay_ms);

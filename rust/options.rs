@@ -6,22 +6,19 @@
 //! TCP-only ones), and out-of-range queue sizes. What is left are limits of this transport;
 //! each refusal is one log line naming the option.
 
-use crate::glue::{log_err, log_info};
-use crate::nvme::Options;
 use crate::proto::pool::MAX_QUEUES;
+use crate::wrap::log::{log_err, log_info, Prefix};
+use crate::wrap::nvme::{Options, OptionsMut};
 use kernel::prelude::*;
 
 /// Validates `opts` for this transport.
-pub(crate) fn validate(opts: Options) -> Result {
+pub(crate) fn validate(opts: Options<'_>) -> Result {
     if opts.traddr().is_none() {
-        log_err!(core::ptr::null(), "traddr is required");
+        log_err!(Prefix::NONE, "traddr is required");
         return Err(EINVAL);
     }
     if opts.reconnect_delay() == 0 {
-        log_err!(
-            core::ptr::null(),
-            "reconnect_delay must be at least 1 second"
-        );
+        log_err!(Prefix::NONE, "reconnect_delay must be at least 1 second");
         return Err(EINVAL);
     }
     Ok(())
@@ -30,7 +27,7 @@ pub(crate) fn validate(opts: Options) -> Result {
 /// Limits each kind of I/O queue asked for to `cpus` (the core does it for `nr_io_queues` only),
 /// then fits their total into the transport's `MAX_QUEUES - 1`: the default I/O queue count (one
 /// per online CPU) is lowered to fit; counts the user gave that do not fit are refused.
-pub(crate) fn fit_queues(opts: Options, cpus: u32) -> Result {
+pub(crate) fn fit_queues(opts: &OptionsMut<'_>, cpus: u32) -> Result {
     opts.limit_queue_counts(cpus);
     let max = u32::from(MAX_QUEUES) - 1;
     let total = opts.total_io_queues(cpus);
@@ -41,7 +38,7 @@ pub(crate) fn fit_queues(opts: Options, cpus: u32) -> Result {
     if !opts.nr_io_queues_given() && others < max {
         opts.limit_io_queues(max - others);
         log_info!(
-            core::ptr::null(),
+            Prefix::NONE,
             "{} online CPUs: using {} I/O queues, the transport supports {} in all",
             cpus,
             max - others,
@@ -49,7 +46,7 @@ pub(crate) fn fit_queues(opts: Options, cpus: u32) -> Result {
         );
         return Ok(());
     }
-    log_err!(core::ptr::null(), "nr_io_queues + nr_write_queues + nr_poll_queues = {} exceeds the {} I/O queues the transport supports",
+    log_err!(Prefix::NONE, "nr_io_queues + nr_write_queues + nr_poll_queues = {} exceeds the {} I/O queues the transport supports",
         total, max);
     Err(EINVAL)
 }

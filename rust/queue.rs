@@ -1,35 +1,40 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One NVMe/RDMA queue: its RDMA CM connection, QP, CQ, command and response rings.
+//! One NVMe/RDMA queue: its RDMA CM connection, QP, CQ, command and response buffers.
 //!
 //! A queue outlives its connections. Connecting is done step by step from the controller's
 //! set-up work, each step bounded by a timeout (address and route resolution, CM connect), so
 //! a lost peer never leaves a work item waiting forever; the CM event handler only records
 //! events and, once a connection is established, reports its loss to the controller.
+//!
+//! The connection ([`Conn`]) is in an RCU slot: the I/O path (`queue_rq`, completions, polls)
+//! uses it inside RCU read-side sections, and the controller's set-up and teardown install and
+//! take it out under the slot's writer lock, which also serializes stopping the queue.
 
-use crate::bindings;
-use crate::ctrl::RdmaCtrl;
-use crate::errno;
-use crate::glue::{dbg_event, log_err, log_info};
-use crate::nvme::State;
-use crate::pool::PoolReg;
+use crate::ctrl::{Ctrl, RdmaCtrl};
+use crate::devices;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
-use crate::proto::cm::{CmReject, CmRequest, CM_REQ_SIZE};
-use crate::rdma::{self, CmEvent, CmId, CmQp, Cq, Device, DmaDir, DmaMap, PageRange};
+use crate::proto::cm::{CmReject, CmRequest};
+use crate::request;
 use crate::stats::QueueStats;
-use crate::sync::{Completion, ConnCell};
-use core::ptr::NonNull;
+use crate::wrap::errno;
+use crate::wrap::log::{dbg_event, log_err, log_info};
+use crate::wrap::nvme::{CtrlRef, State, AQ_BLK_MQ_DEPTH};
+use crate::wrap::rdma::{
+    Access, CmEvent, CmEventKind, CmHandler, CmId, CmQp, ConnParam, Cq, Device, Held, Qp, QpCaps,
+    QpEvent, QpHandler, SendData, Wc,
+};
+use crate::wrap::sync::{new_rcu_slot, Completion, Rcu, RcuReadGuard, RcuSlot, Retired, TakeCell};
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::c_str;
-use kernel::ffi::c_void;
 use kernel::prelude::*;
-use kernel::sync::Mutex;
-use kernel::types::Opaque;
+use kernel::str::CStr;
 
 /// Admin queue depth (NVME_AQ_DEPTH): the Fabrics minimum, as the C transport uses.
 pub(crate) const ADMIN_DEPTH: u32 = 32;
-/// Command identifier of the asynchronous event request on the admin queue.
-pub(crate) const AEN_COMMAND_ID: u16 = bindings::NVME_AQ_BLK_MQ_DEPTH as u16;
+/// Command identifier of the asynchronous event request on the admin queue; it uses the
+/// admin queue's command buffer of that index.
+pub(crate) const AEN_COMMAND_ID: u16 = AQ_BLK_MQ_DEPTH;
 
 /// Address and route resolution timeout, as the C transport.
 const CM_RESOLVE_TIMEOUT_MS: u32 = 3000;
@@ -41,10 +46,13 @@ const REG_TIMEOUT_MS: u32 = 5000;
 /// One command send in this many asks for a completion (see `Queue::post_command`), or in
 /// fewer on a shallow queue (see `Conn::signal_mask`).
 const SIGNAL_EVERY: u32 = 16;
-/// The most ranges of a request's own pages one command send carries as in-capsule data (see
-/// [`InCapsule::Pages`]), when the device has the gather elements: as many as the C driver
-/// (`NVME_RDMA_MAX_INLINE_SEGMENTS`).
-pub(crate) const MAX_PAGE_SGES: usize = 4;
+
+/// Send completion ids of a queue's QP: command sends, the asynchronous event request, the
+/// pool registration, then one per tag for sends of a request's own pages.
+const SEND_ID_COMMAND: u32 = 0;
+const SEND_ID_AEN: u32 = 1;
+const SEND_ID_REG: u32 = 2;
+const SEND_ID_PAGES: u32 = 3;
 
 /// Queue flag bits.
 const ALLOCATED: u32 = 1 << 0;
@@ -62,80 +70,42 @@ const FAILED: u32 = 1 << 5;
 /// `Queue::report_while_connecting`).
 const ENDED: u32 = 1 << 6;
 
-/// A command and response ring buffer: zeroed memory, DMA-mapped per connection.
-struct RingBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-    cap: usize,
+/// What a queue's CM id and QP report to: the queue, through its controller, which this holds
+/// (a counted reference, released with the connection).
+pub(crate) struct QueueLink {
+    ctrl: CtrlRef<RdmaCtrl>,
+    qid: u16,
 }
 
-impl RingBuf {
-    fn new(len: usize) -> Result<Self> {
-        let mut v = KVec::<u8>::with_capacity(len, GFP_KERNEL)?;
-        v.extend_with(len, 0, GFP_KERNEL)?;
-        let (ptr, len, cap) = v.into_raw_parts();
+impl QueueLink {
+    fn new(ctrl: &Ctrl, qid: u16) -> Result<Self> {
         Ok(Self {
-            ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
-            len,
-            cap,
+            ctrl: CtrlRef::get(ctrl).ok_or(ENODEV)?,
+            qid,
         })
     }
 
-    /// Maps the ring for DMA by `dev`. The mapping must be dropped before the ring: connections
-    /// hold their rings' mappings, and a queue outlives its connections.
-    fn map(&self, dev: Device, dir: DmaDir) -> Result<DmaMap> {
-        // SAFETY: `len` bytes at `ptr` are the ring's, which outlives the mapping (see above).
-        unsafe { dev.map_single(self.ptr.as_ptr().cast(), self.len, dir) }
-    }
-
-    fn entry(&self, index: usize, size: usize) -> *mut u8 {
-        debug_assert!((index + 1) * size <= self.len);
-        // SAFETY: callers pass indices below the ring depth the buffer was sized for.
-        unsafe { self.ptr.as_ptr().add(index * size) }
+    fn queue(&self) -> &Queue {
+        self.ctrl.queue(self.qid)
     }
 }
 
-impl Drop for RingBuf {
-    fn drop(&mut self) {
-        // SAFETY: from `into_raw_parts` in `new`, not used after this.
-        drop(unsafe { KVec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) });
-    }
-}
+/// The QP of a queue's connection, with its CM id.
+pub(crate) type QueueQp = CmQp<QueueLink, QueueLink>;
 
-/// The completion entry of one response buffer.
-#[repr(C)]
-struct RecvCqe {
-    cqe: bindings::ib_cqe,
-    queue: *const Queue,
-    index: u32,
-}
-
-/// A completion entry with a completion to wait on, for one-off work requests (pool
-/// registration).
-#[repr(C)]
-struct WaitCqe {
-    cqe: bindings::ib_cqe,
-    status: AtomicI32,
-}
-
-/// The resources of one connection of a queue. Field order is drop order: the CM id with its
-/// QP (the QP goes first), then the CQ and the ring mappings.
+/// The resources of one connection of a queue: the CM id with its QP, CQ and buffers.
 pub(crate) struct Conn {
-    qp: CmQp,
-    cq: Cq,
-    sqe_map: DmaMap,
-    rsp_map: DmaMap,
-    lkey: u32,
-    /// The QP takes a whole command capsule as inline data (see `Queue::post_capsule`).
+    qp: QueueQp,
+    /// Capsules without data go as inline data (see `Queue::post_command`).
     inline_capsule: bool,
-    /// How many data SGEs a command send may have after the capsule's (at least 1, at most
-    /// [`MAX_PAGE_SGES`]): the QP's send SGEs less one.
-    data_sges: usize,
     /// One command send in `signal_mask + 1` asks for a completion: [`SIGNAL_EVERY`], or the
     /// largest power of two not above the depth, so that the sends a provider may hold until
     /// the next signaled completion (fewer than that) fit beside the depth's own in the send
     /// queue. A power of two keeps the pattern across the wrap of the send counter.
     signal_mask: u32,
+    /// The receives posted: commands sent on this connection and not answered (its own and
+    /// those spread to it) stay below this.
+    credits: u32,
 }
 
 impl Conn {
@@ -144,64 +114,49 @@ impl Conn {
         self.inline_capsule
     }
 
-    pub(crate) fn cq(&self) -> &Cq {
-        &self.cq
+    /// The QP.
+    pub(crate) fn qp(&self) -> &QueueQp {
+        &self.qp
     }
 
-    /// Maps `ranges` for this connection's device to read, as [`InCapsule::Pages`] data: the
-    /// mappings, and their SGEs through the PD's local DMA key. Refuses (`EINVAL`, before
-    /// mapping any) more ranges than a send has SGEs for (`Conn::data_sges`).
-    ///
-    /// # Safety
-    ///
-    /// As for [`Device::map_pages`], for each range.
-    pub(crate) unsafe fn map_pages(&self, ranges: &[PageRange]) -> Result<(PageMaps, DataSges)> {
-        if ranges.len() > self.data_sges {
-            return Err(EINVAL);
-        }
-        let dev = self.qp.device().ok_or(ENODEV)?;
-        let mut maps = PageMaps::default();
-        let mut sges = DataSges::default();
-        for (i, range) in ranges.iter().enumerate() {
-            // On an error the ranges mapped so far are unmapped as `maps` drops.
-            // SAFETY: the caller guarantees that the pages of every range outlive the mappings
-            // returned (this function's contract, which is `Device::map_pages`' own).
-            let map = unsafe { dev.map_pages(*range) }?;
-            sges.sge[i] = map.sge(self.lkey);
-            sges.n = i + 1;
-            maps.0[i] = Some(map);
-        }
-        Ok((maps, sges))
+    /// The number of credits of the connection (its depth).
+    pub(crate) fn credits(&self) -> u32 {
+        self.credits
+    }
+
+    /// Takes one of the connection's credits for a command, if fewer than `limit` are taken (a
+    /// command without a credit would find no receive posted for its response).
+    pub(crate) fn take_credit(&self, limit: u32) -> bool {
+        take_credit(self.qp.cq(), limit.min(self.credits))
+    }
+
+    /// Returns the credit of a command that was not sent.
+    pub(crate) fn return_credit(&self) {
+        return_credit(self.qp.cq());
     }
 }
 
-/// The mappings of in-capsule data sent from a request's own pages, one per range (see
-/// [`InCapsule::Pages`]); unmapped on drop.
-#[derive(Default)]
-pub(crate) struct PageMaps([Option<DmaMap>; MAX_PAGE_SGES]);
-
-/// The SGEs of a command send's in-capsule data (see [`InCapsule`]).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct DataSges {
-    sge: [bindings::ib_sge; MAX_PAGE_SGES],
-    n: usize,
+/// Takes a credit counted on `cq`, if fewer than `limit` are taken.
+fn take_credit(cq: &Cq, limit: u32) -> bool {
+    cq.load()
+        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .is_ok()
 }
 
-impl DataSges {
-    fn as_slice(&self) -> &[bindings::ib_sge] {
-        &self.sge[..self.n]
-    }
+/// Returns a credit counted on `cq`.
+fn return_credit(cq: &Cq) {
+    let _ = cq
+        .load()
+        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
 }
 
 /// An NVMe/RDMA queue.
 #[pin_data]
 pub(crate) struct Queue {
-    /// First, so that a connection still installed when the queue is dropped goes before the
-    /// rings and completion entries its QP refers to (teardown normally freed it already).
-    conn: ConnCell<Conn>,
-    ctrl: *const RdmaCtrl,
     qid: u16,
-    /// Number of entries of the rings (largest depth this queue may be connected with).
+    /// The largest depth this queue may be connected with.
     ring_depth: u32,
     flags: AtomicU32,
     #[pin]
@@ -210,61 +165,24 @@ pub(crate) struct Queue {
     cm_status: AtomicI32,
     /// The CM event behind `ENDED`, for the abort work's log line.
     ended_by: AtomicI32,
-    /// Serializes stopping the queue (error recovery vs. timeout handler), as in C.
+    /// The current connection. Its writer lock also serializes stopping the queue (error
+    /// recovery against the timeout handler), as the C driver's queue lock does.
     #[pin]
-    stop_lock: Mutex<()>,
-    sqes: RingBuf,
-    rsps: RingBuf,
-    recv_cqes: KVec<RecvCqe>,
+    conn: RcuSlot<Conn>,
+    /// A connection taken out and not yet released (see `Queue::retire`).
+    retired: TakeCell<Retired<Conn>>,
     #[pin]
     reg_done: Completion,
-    reg_cqe: Opaque<WaitCqe>,
-    aen_cqe: Opaque<bindings::ib_cqe>,
-    /// Completion entry of every command send (see `post_command`).
-    send_cqe: Opaque<bindings::ib_cqe>,
+    reg_status: AtomicI32,
     /// Command sends posted, for choosing the ones to signal.
     sends: AtomicU32,
-    /// Commands sent on this queue's QP and not yet answered, its own and those spread to it
-    /// from other queues (see `mq::submit`); never more than `credits`, the receives posted.
-    outstanding: AtomicU32,
-    credits: AtomicU32,
-    /// Block-layer polls running on the connection's CQ (poll queues): blk-mq polls without a
-    /// lock or quiesce, so `stop` and `free` wait for them.
-    pollers: AtomicU32,
     stats: QueueStats,
 }
 
-// SAFETY: the raw pointers refer to the owning controller (which outlives the queue) and to
-// the queue itself; shared state is atomic, behind locks, or in a `ConnCell`.
-unsafe impl Send for Queue {}
-// SAFETY: as above.
-unsafe impl Sync for Queue {}
-
 impl Queue {
-    /// A disconnected queue `qid` of `ctrl` whose rings hold `ring_depth` entries.
-    pub(crate) fn new(
-        ctrl: *const RdmaCtrl,
-        qid: u16,
-        ring_depth: u32,
-    ) -> Result<impl PinInit<Self, Error>> {
-        let n = ring_depth as usize;
-        let sqes = RingBuf::new(n * SQE_SIZE)?;
-        let rsps = RingBuf::new(n * CQE_SIZE)?;
-        let mut recv_cqes = KVec::with_capacity(n, GFP_KERNEL)?;
-        for index in 0..ring_depth {
-            recv_cqes.push(
-                RecvCqe {
-                    cqe: bindings::ib_cqe {
-                        done: Some(recv_done),
-                    },
-                    queue: core::ptr::null(),
-                    index,
-                },
-                GFP_KERNEL,
-            )?;
-        }
-        Ok(try_pin_init!(&this in Self {
-            ctrl,
+    /// A disconnected queue `qid` that may be connected with up to `ring_depth` entries.
+    pub(crate) fn new(qid: u16, ring_depth: u32) -> impl PinInit<Self> {
+        pin_init!(Self {
             qid,
             ring_depth,
             flags: AtomicU32::new(0),
@@ -272,32 +190,13 @@ impl Queue {
             cm_event: AtomicI32::new(-1),
             cm_status: AtomicI32::new(0),
             ended_by: AtomicI32::new(0),
-            stop_lock <- kernel::new_mutex!(()),
-            sqes,
-            rsps,
-            recv_cqes: {
-                // The completion entries find their queue through this back pointer; the
-                // queue is pinned, so its address is final.
-                let mut v = recv_cqes;
-                for c in v.iter_mut() {
-                    c.queue = this.as_ptr();
-                }
-                v
-            },
+            conn <- new_rcu_slot!("rsrdma_queue::conn"),
+            retired: TakeCell::new(),
             reg_done <- Completion::new(),
-            reg_cqe: Opaque::new(WaitCqe {
-                cqe: bindings::ib_cqe { done: Some(reg_wr_done) },
-                status: AtomicI32::new(0),
-            }),
-            aen_cqe: Opaque::new(bindings::ib_cqe { done: Some(aen_send_done) }),
-            send_cqe: Opaque::new(bindings::ib_cqe { done: Some(send_done) }),
+            reg_status: AtomicI32::new(0),
             sends: AtomicU32::new(0),
-            outstanding: AtomicU32::new(0),
-            credits: AtomicU32::new(0),
-            pollers: AtomicU32::new(0),
-            conn: ConnCell::new(),
             stats: QueueStats::default(),
-        }? Error))
+        })
     }
 
     pub(crate) fn qid(&self) -> u16 {
@@ -310,15 +209,6 @@ impl Queue {
 
     pub(crate) fn ring_depth(&self) -> u32 {
         self.ring_depth
-    }
-
-    pub(crate) fn ctrl(&self) -> &RdmaCtrl {
-        // SAFETY: the controller owns the queue and outlives it.
-        unsafe { &*self.ctrl }
-    }
-
-    fn nvme(&self) -> *const bindings::nvme_ctrl {
-        self.ctrl().nvme().as_ptr()
     }
 
     pub(crate) fn is_live(&self) -> bool {
@@ -355,15 +245,8 @@ impl Queue {
     }
 
     /// The current connection, for the I/O path.
-    ///
-    /// # Safety
-    ///
-    /// The caller is `queue_rq` after `nvme_check_ready` accepted the request, a completion
-    /// handler of this queue's CQ, or the controller's set-up/teardown work: in all of these the
-    /// connection cannot be replaced concurrently (see [`ConnCell`]).
-    pub(crate) unsafe fn conn(&self) -> Option<&Conn> {
-        // SAFETY: per the contract.
-        unsafe { self.conn.get() }
+    pub(crate) fn conn<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a Conn> {
+        self.conn.get(rcu)
     }
 
     // --- Connecting -----------------------------------------------------------------------
@@ -372,10 +255,10 @@ impl Queue {
     /// CM connect with the NVMe/RDMA private data, receives posted. `depth` is the queue size
     /// to announce. The protection domain is the controller's, created on the device the admin
     /// queue resolves to.
-    pub(crate) fn connect(&self, depth: u32) -> Result {
-        self.try_connect(depth).inspect_err(|e| {
+    pub(crate) fn connect(&self, ctrl: &Ctrl, depth: u32) -> Result {
+        self.try_connect(ctrl, depth).inspect_err(|e| {
             log_info!(
-                self.nvme(),
+                ctrl.core(),
                 "queue {}: connecting failed ({:?})",
                 self.qid,
                 e
@@ -383,40 +266,39 @@ impl Queue {
         })
     }
 
-    fn try_connect(&self, depth: u32) -> Result {
-        let ctrl = self.ctrl();
-        let nvme = self.nvme();
+    fn try_connect(&self, ctrl: &Ctrl, depth: u32) -> Result {
+        let nvme = ctrl.core();
         if depth > self.ring_depth {
             return Err(EINVAL);
         }
-        // SAFETY: the queue is pinned inside the controller and outlives the id (the id is
-        // dropped with the connection, before the queue).
-        let cm_id = unsafe { CmId::new(cm_handler, self as *const Self as *mut c_void) }?;
+        let cm_id = CmId::new(QueueLink::new(ctrl, self.qid)?)?;
         self.begin_cm_step();
         cm_id.resolve_addr(ctrl.src_addr(), ctrl.addr(), CM_RESOLVE_TIMEOUT_MS)?;
         self.wait_cm_step(
-            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED,
+            ctrl,
+            CmEventKind::AddrResolved,
             CM_RESOLVE_TIMEOUT_MS + 1000,
         )?;
 
-        let dev = cm_id.device().ok_or(ENODEV)?;
-        if !dev.port_active(cm_id.port_num()) {
+        // Held: the id moves into its QP below.
+        let dev = cm_id.device().and_then(Device::get).ok_or(ENODEV)?;
+        let dev = &*dev;
+        let port = cm_id.port_num();
+        if !dev.port_active(port) {
             // Sending a CM request now would break the device's CM for good (see
             // `Device::port_active`): wait for the port to come back.
             dbg_event!(
                 Cm,
-                self.nvme(),
+                nvme,
                 "queue {}: port {} of {} is down, not connecting",
                 self.qid,
-                cm_id.port_num(),
+                port,
                 dev.name()
             );
             return Err(errno::ENETDOWN());
         }
-        let pd = ctrl.pd_for(self.qid, dev, cm_id.port_num())?;
+        let pd = ctrl.pd_for(self.qid, dev, port)?;
 
-        let sqe_map = self.sqes.map(dev, DmaDir::ToDevice)?;
-        let rsp_map = self.rsps.map(dev, DmaDir::FromDevice)?;
         // One CQE per receive and per send queue entry (a flush completes unsignaled sends
         // too), plus the registration, the AEN and the drain's two.
         let cq_size = 3 * depth + 6;
@@ -426,119 +308,91 @@ impl Queue {
             (self.qid as i32 - 1) % dev.num_comp_vectors().max(1)
         };
         let cq = if ctrl.is_poll_queue(self.qid) {
-            Cq::direct(dev, cq_size, vector, self as *const Self as *mut c_void)?
+            Cq::direct(dev, cq_size, vector)?
         } else {
-            // SAFETY: `outstanding` is a field of the queue, which outlives its connections.
-            unsafe { Cq::softirq(dev, cq_size, vector, &self.outstanding) }?
+            Cq::softirq(dev, cq_size, vector)?
         };
-        let mut attr = bindings::ib_qp_init_attr {
-            event_handler: Some(qp_event),
-            qp_context: self as *const Self as *mut c_void,
-            send_cq: cq.as_ptr(),
-            recv_cq: cq.as_ptr(),
-            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
-            qp_type: bindings::ib_qp_type_IB_QPT_RC,
-            ..Default::default()
+        let caps = QpCaps {
+            // SEND per command, plus REG_MR (admin), the AEN and the drain. Room for twice the
+            // depth: with selective signaling, a provider may only reclaim the entries of sends
+            // that completed unsignaled at the next signaled completion.
+            send_wr: 2 * depth + 3,
+            recv_bufs: depth,
+            recv_size: CQE_SIZE,
+            send_bufs: self.ring_depth,
+            send_size: SQE_SIZE,
+            send_ids: SEND_ID_PAGES + self.ring_depth,
+            // The capsule's in-capsule data: one pool slice, or up to four ranges of a
+            // request's own pages. Every device that can carry NVMe/RDMA has two.
+            data_sges: crate::wrap::rdma::MAX_PAGE_RANGES,
+            // Room to send a capsule without data as inline data, when the device has it.
+            inline: SQE_SIZE as u32,
         };
-        // SEND per command, plus REG_MR (admin), the AEN and the drain. Room for twice the
-        // depth: with selective signaling, a provider may only reclaim the entries of sends
-        // that completed unsignaled at the next signaled completion.
-        attr.cap.max_send_wr = 2 * depth + 3;
-        attr.cap.max_recv_wr = depth + 1;
-        // The capsule and its in-capsule data: one pool slice, or up to `MAX_PAGE_SGES` ranges
-        // of a request's own pages. Every device that can carry NVMe/RDMA has two.
-        let data_sges = (dev.max_send_sge().saturating_sub(1) as usize).clamp(1, MAX_PAGE_SGES);
-        attr.cap.max_send_sge = 1 + data_sges as u32;
-        attr.cap.max_recv_sge = 1;
-        // Room to send a capsule without data as inline data, when the device has it.
-        attr.cap.max_inline_data = SQE_SIZE as u32;
-        // SAFETY: the CQ goes into the same `Conn` as the id, which drops the id (and so the
-        // QP) first; if creating the QP fails there is no QP.
-        let qp = match unsafe { cm_id.create_qp(pd, &mut attr) } {
-            Ok(qp) => qp,
-            Err((cm_id, e)) if e == EINVAL || e == ENOMEM => {
-                // A device without (this much) inline data: capsules go by reference.
-                attr.cap.max_inline_data = 0;
-                // SAFETY: as above; the failed call left no QP behind.
-                unsafe { cm_id.create_qp(pd, &mut attr) }.map_err(|(_, e)| e)?
-            }
-            Err((_, e)) => return Err(e),
-        };
+        let qp = cm_id
+            .create_qp(&pd, cq, &caps, QueueLink::new(ctrl, self.qid)?)
+            .map_err(|(_, e)| e)?;
         // The provider reports the inline room it actually gave the QP.
-        let inline_capsule = attr.cap.max_inline_data as usize >= SQE_SIZE;
-        let conn = Conn {
-            qp,
-            cq,
-            sqe_map,
-            rsp_map,
-            lkey: pd.local_dma_lkey(),
-            inline_capsule,
-            data_sges,
-            signal_mask: prev_power_of_two(depth.clamp(1, SIGNAL_EVERY)) - 1,
-        };
+        let inline_capsule = qp.inline_capacity() as usize >= SQE_SIZE;
 
-        let tos = ctrl.nvme().opts().tos();
+        let tos = nvme.opts().tos();
         if (0..=255).contains(&tos) {
-            conn.qp.set_tos(tos as u8);
+            qp.id().set_tos(tos as u8);
         }
         self.begin_cm_step();
-        conn.qp.resolve_route(CM_RESOLVE_TIMEOUT_MS)?;
+        qp.id().resolve_route(CM_RESOLVE_TIMEOUT_MS)?;
         self.wait_cm_step(
-            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED,
+            ctrl,
+            CmEventKind::RouteResolved,
             CM_RESOLVE_TIMEOUT_MS + 1000,
         )?;
 
-        let cntlid = if self.qid == 0 {
-            0
-        } else {
-            ctrl.nvme().cntlid()
-        };
+        let cntlid = if self.qid == 0 { 0 } else { nvme.cntlid() };
         let req = CmRequest::new(self.qid, depth as u16, cntlid).ok_or(EINVAL)?;
         let private = req.encode();
-        let param = bindings::rdma_conn_param {
-            private_data: private.as_ptr().cast(),
-            private_data_len: CM_REQ_SIZE as u8,
+        let param = ConnParam {
+            private_data: &private,
             responder_resources: dev.max_qp_rd_atom().clamp(0, 255) as u8,
-            flow_control: 1,
             retry_count: 7,
             rnr_retry_count: 7,
-            qp_num: conn.qp.qp_num(),
-            ..Default::default()
         };
         dbg_event!(
             Cm,
             nvme,
             "queue {}: connecting qp {:#x} on {} (hrqsize {}, hsqsize {}, cntlid {})",
             self.qid,
-            conn.qp.qp_num(),
+            qp.qp_num(),
             dev.name(),
             req.hrqsize,
             req.hsqsize,
             req.cntlid
         );
         self.begin_cm_step();
-        conn.qp.connect(&param)?;
-        self.wait_cm_step(
-            bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED,
-            CM_CONNECT_TIMEOUT_MS,
-        )?;
+        qp.connect(&param)?;
+        self.wait_cm_step(ctrl, CmEventKind::Established, CM_CONNECT_TIMEOUT_MS)?;
 
-        // A new QP: whatever was outstanding on the old one was flushed and is being retried.
-        self.outstanding.store(0, Ordering::Relaxed);
-        self.credits.store(depth, Ordering::Relaxed);
+        let data_sges = qp.data_sges();
+        let conn = KBox::new(
+            Conn {
+                qp,
+                inline_capsule,
+                signal_mask: prev_power_of_two(depth.clamp(1, SIGNAL_EVERY)) - 1,
+                credits: depth,
+            },
+            GFP_KERNEL,
+        )?;
         // Installed before the receives are posted: whatever the target sends completes a
         // receive of a queue that has its connection.
-        // SAFETY: called from the set-up work; the queue was freed before (no connection
-        // installed), so nothing uses the cell.
-        let old = unsafe { self.conn.replace(Some(conn)) };
-        debug_assert!(old.is_none());
+        let mut w = self.conn.write();
+        w.install(conn).map_err(|_| EBUSY)?;
         self.flags.store(ALLOCATED | ESTABLISHED, Ordering::Release);
-        // SAFETY: the set-up work, which just installed it.
-        let conn = unsafe { self.conn() }.ok_or(errno::ENOTCONN())?;
-        let posted = (0..depth).try_for_each(|i| self.post_recv(conn, i));
+        let posted = match w.get() {
+            Some(conn) => (0..depth).try_for_each(|i| self.post_recv(ctrl, conn.qp(), i)),
+            None => Err(errno::ENOTCONN()),
+        };
+        drop(w);
         if let Err(e) = posted {
             self.stop();
-            self.free(true);
+            self.free(ctrl, true);
             return Err(e);
         }
         dbg_event!(
@@ -564,28 +418,28 @@ impl Queue {
     }
 
     /// Waits for the CM event that ends one step of connecting.
-    fn wait_cm_step(&self, expected: bindings::rdma_cm_event_type, timeout_ms: u32) -> Result {
+    fn wait_cm_step(&self, ctrl: &Ctrl, expected: CmEventKind, timeout_ms: u32) -> Result {
         if !self.cm_done.wait_ms(timeout_ms) {
             log_info!(
-                self.nvme(),
+                ctrl.core(),
                 "queue {}: no {} within {} ms",
                 self.qid,
-                rdma::cm_event_msg(expected),
+                expected.msg(),
                 timeout_ms
             );
             return Err(errno::ETIMEDOUT());
         }
-        let event = self.cm_event.load(Ordering::Acquire);
-        if event == expected as i32 {
+        let event = CmEventKind::from_code(self.cm_event.load(Ordering::Acquire) as u32);
+        if event == expected {
             return Ok(());
         }
         let status = self.cm_status.load(Ordering::Relaxed);
         log_info!(
-            self.nvme(),
+            ctrl.core(),
             "queue {}: {} instead of {} (status {})",
             self.qid,
-            rdma::cm_event_msg(event as u32),
-            rdma::cm_event_msg(expected),
+            event.msg(),
+            expected.msg(),
             status
         );
         Err(if status < 0 {
@@ -595,67 +449,130 @@ impl Queue {
         })
     }
 
+    /// Handles an event of this queue's CM id.
+    fn cm_event(&self, ctrl: &Ctrl, ev: &CmEvent<'_>) {
+        let nvme = ctrl.core();
+        let (kind, status) = (ev.kind(), ev.status());
+        dbg_event!(
+            Cm,
+            nvme,
+            "queue {}: {} ({}) status {}",
+            self.qid,
+            kind.msg(),
+            kind.code(),
+            status
+        );
+        match kind {
+            CmEventKind::AddrResolved | CmEventKind::RouteResolved | CmEventKind::Established => {
+                self.cm_signal(kind, 0)
+            }
+            CmEventKind::Rejected => {
+                if let Some(rej) = ev.rejected() {
+                    let cm_msg = rej.cm_msg;
+                    match rej.data.and_then(CmReject::decode) {
+                        Some(r) => log_err!(
+                            nvme,
+                            "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
+                            self.qid,
+                            status,
+                            cm_msg,
+                            r.sts,
+                            r.msg()
+                        ),
+                        None => log_err!(
+                            nvme,
+                            "queue {}: connect rejected: status {} ({})",
+                            self.qid,
+                            status,
+                            cm_msg
+                        ),
+                    }
+                }
+                self.cm_signal(kind, errno::ECONNRESET().to_errno());
+            }
+            CmEventKind::AddrError
+            | CmEventKind::RouteError
+            | CmEventKind::ConnectError
+            | CmEventKind::Unreachable => {
+                let err = if status < 0 {
+                    status
+                } else {
+                    errno::ECONNRESET().to_errno()
+                };
+                self.cm_signal(kind, err);
+            }
+            CmEventKind::Disconnected | CmEventKind::AddrChange | CmEventKind::TimewaitExit => {
+                self.cm_lost(ctrl, kind);
+                self.cm_signal(kind, errno::ECONNRESET().to_errno());
+            }
+            CmEventKind::DeviceRemoval => {
+                // The RDMA client's remove, which runs before the CM's, released everything
+                // on the device of the controllers it found; an id still here belongs to one
+                // it did not (being created, say). The CM waits until the id is destroyed:
+                // the controller stops using the device, and its teardown destroys the id
+                // instead of parking it.
+                if let Some(dev) = ev.device() {
+                    ctrl.block_device(dev.id());
+                }
+                self.cm_lost(ctrl, kind);
+                self.cm_signal(kind, ENODEV.to_errno());
+            }
+            CmEventKind::Other(code) => {
+                log_err!(
+                    nvme,
+                    "queue {}: unexpected RDMA CM event {} ({})",
+                    self.qid,
+                    kind.msg(),
+                    code
+                );
+                ctrl.error_recovery(format_args!(
+                    "queue {}: unexpected CM event {}",
+                    self.qid, code
+                ));
+            }
+        }
+    }
+
     /// Handles CM event `event` ending this queue's connection, if it was established: error
     /// recovery, or while connecting the abort of its commands in flight.
-    fn cm_lost(&self, event: bindings::rdma_cm_event_type) {
+    fn cm_lost(&self, ctrl: &Ctrl, event: CmEventKind) {
         if self.is_established() {
-            self.ctrl().error_recovery(format_args!(
-                "queue {}: {}",
-                self.qid,
-                rdma::cm_event_msg(event)
-            ));
+            ctrl.error_recovery(format_args!("queue {}: {}", self.qid, event.msg()));
             // Events of one CM id come one at a time: only the first report's event is kept.
             if self.flags.load(Ordering::Acquire) & ENDED == 0 {
-                self.ended_by.store(event as i32, Ordering::Relaxed);
+                self.ended_by.store(event.code() as i32, Ordering::Relaxed);
             }
-            self.report_while_connecting(ENDED);
+            self.report_while_connecting(ctrl, ENDED);
         }
     }
 
     /// Records a CM event for the waiting set-up step.
-    fn cm_signal(&self, event: bindings::rdma_cm_event_type, status: i32) {
+    fn cm_signal(&self, event: CmEventKind, status: i32) {
         self.cm_status.store(status, Ordering::Relaxed);
-        self.cm_event.store(event as i32, Ordering::Release);
+        self.cm_event.store(event.code() as i32, Ordering::Release);
         self.cm_done.complete();
     }
 
-    /// Registers the pool MR on this (admin) queue's QP and waits for it to take effect.
-    pub(crate) fn register_pool(&self, reg: &PoolReg) -> Result {
-        // SAFETY: called from the set-up work with the connection just installed.
-        let conn = unsafe { self.conn() }.ok_or(errno::ENOTCONN())?;
-        let mr = reg.mr();
-        let access = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE
-            | bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
-            | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE;
-        let mut wr = bindings::ib_reg_wr {
-            mr: mr.as_ptr(),
-            key: mr.rkey(),
-            access: access as i32,
-            ..Default::default()
-        };
-        wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
-        wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
-        wr.wr.__bindgen_anon_1.wr_cqe = self.reg_cqe.get().cast();
+    /// Registers the pool region on this (admin) queue's QP and waits for it to take effect.
+    pub(crate) fn register_pool(&self, ctrl: &Ctrl, reg: &crate::pool::PoolReg) -> Result {
         self.reg_done.reinit();
-        // SAFETY: `reg_cqe` lives in the queue, which outlives the QP (and the drain at
-        // teardown completes any outstanding request).
-        unsafe { conn.qp.post_send(&wr.wr) }?;
+        {
+            let rcu = RcuReadGuard::new();
+            let conn = self.conn(&rcu).ok_or(errno::ENOTCONN())?;
+            let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+            conn.qp()
+                .post_reg_mr(reg.region().clone(), access, SEND_ID_REG)?;
+        }
         if !self.reg_done.wait_ms(REG_TIMEOUT_MS) {
             log_err!(
-                self.nvme(),
+                ctrl.core(),
                 "pool registration did not complete within {} ms",
                 REG_TIMEOUT_MS
             );
             return Err(errno::ETIMEDOUT());
         }
-        // SAFETY: `reg_cqe` is only written by `reg_done`, which has run.
-        let status = unsafe { (*self.reg_cqe.get()).status.load(Ordering::Acquire) };
-        if status != bindings::ib_wc_status_IB_WC_SUCCESS as i32 {
-            log_err!(
-                self.nvme(),
-                "pool registration failed: {}",
-                rdma::wc_status_msg(status as u32)
-            );
+        if self.reg_status.load(Ordering::Acquire) != 0 {
+            log_err!(ctrl.core(), "pool registration failed");
             return Err(EIO);
         }
         Ok(())
@@ -671,41 +588,28 @@ impl Queue {
     /// still dispatches, and a command posted after that drain is flushed by this one. The
     /// controller's teardown stops its queues after quiescing them, so once that stop returns
     /// no completion can reach a request (a flushed send of a request's own pages names the
-    /// request, see `mq::pages_send_done`) before the core cancels the requests and may free
+    /// request, see `request::pages_sent`) before the core cancels the requests and may free
     /// them.
     pub(crate) fn stop(&self) {
         if !self.is_allocated() {
             return;
         }
-        let _guard = self.stop_lock.lock();
+        let w = self.conn.write();
         let was = self
             .flags
             .fetch_and(!(LIVE | ESTABLISHED | STARTED), Ordering::SeqCst);
-        // SAFETY: allocated queues have a connection, which only `free` removes, and `free` is
-        // not concurrent with `stop` (both run from the controller's work items, or `stop` from
-        // the timeout handler while the queue is allocated).
-        let Some(conn) = (unsafe { self.conn() }) else {
+        let Some(conn) = w.get() else {
             return;
         };
         // No DREQ while the port is down (see `Device::port_active`); the target learns from
         // its own timeouts, or from the DREQ sent when the id is released.
-        if was & (LIVE | ESTABLISHED) != 0 && conn.qp.port_active() {
+        if was & (LIVE | ESTABLISHED) != 0 && conn.qp.id().port_active() {
             conn.qp.disconnect();
         }
         conn.qp.drain();
         // On a poll queue's CQ the drain polls beside blk-mq's pollers, one of which may still
-        // be handling completions it took before the drain's own ended. Polls started after
-        // ESTABLISHED was cleared above leave the CQ alone, so this waits only for those that
-        // began before (see `poll`).
-        self.wait_for_pollers();
-    }
-
-    /// Waits for the block-layer polls running on this queue's CQ (`poll`) to return. They
-    /// poll a bounded CQ without sleeping.
-    fn wait_for_pollers(&self) {
-        while self.pollers.load(Ordering::SeqCst) != 0 {
-            core::hint::spin_loop();
-        }
+        // be handling completions it took before the drain's own ended.
+        conn.qp.cq().stop_polls();
     }
 
     /// Handles the loss of this queue's connection while the controller is connecting. Error
@@ -719,15 +623,15 @@ impl Queue {
     /// Runs in the controller's abort work. `cause` is the flag that reported the loss: the loss
     /// is handled only while it is set, so a report about a connection that was replaced
     /// meanwhile is ignored.
-    fn lost_while_connecting(&self, why: &CStr, cause: u32) {
+    fn lost_while_connecting(&self, ctrl: &Ctrl, why: &CStr, cause: u32) {
         // Reported while connecting; a deletion begun since then waits for the set-up too.
         if !matches!(
-            self.ctrl().nvme().state(),
+            ctrl.core().state(),
             State::Connecting | State::Deleting | State::DeletingNoIo
         ) {
             return;
         }
-        let _guard = self.stop_lock.lock();
+        let guard = self.conn.write();
         let need = ESTABLISHED | cause;
         // Not when stopped, nor twice per connection (ended and failed).
         let Ok(was) = self
@@ -738,6 +642,7 @@ impl Queue {
         else {
             return;
         };
+        drop(guard);
         // Only a started queue has carried commands. Nothing is walked while a reconnect
         // changes the number of I/O queues: the I/O is frozen then, so none of their commands
         // is in flight.
@@ -747,13 +652,13 @@ impl Queue {
             // queue before starting it. So once a grace period has passed, no `queue_rq` is
             // between starting a command for this queue and sending it: the walk aborts only
             // commands that went out, whose requests `queue_rq` has given up.
-            crate::sync::synchronize_rcu();
-            crate::mq::abort_sent_on(self.ctrl(), self.qid).unwrap_or(0)
+            crate::wrap::sync::synchronize_rcu();
+            request::abort_sent_on(ctrl, self.qid).unwrap_or(0)
         } else {
             0
         };
         log_info!(
-            self.nvme(),
+            ctrl.core(),
             "queue {}: {} while connecting: aborting {} command(s) in flight",
             self.qid,
             why,
@@ -765,13 +670,13 @@ impl Queue {
     /// from the CM handler, `FAILED` for a failed work request or a fatal QP event (completion or
     /// event context). Error recovery does not run in that state, and the commands in flight
     /// would wait out their timeouts (see [`Queue::lost_while_connecting`]). The controller's
-    /// abort work handles the queue: completion and event handlers cannot take its stop lock,
-    /// and the CM handler must not wait for it (nor for a reconnect's change of hardware
-    /// queues): the CM delivers other connections' events from the same work queue, one at a
-    /// time. Each cause counts once per established connection: the other reports are its
-    /// flushed work requests or its later CM events.
-    fn report_while_connecting(&self, cause: u32) {
-        if self.ctrl().nvme().state() != State::Connecting {
+    /// abort work handles the queue: completion and event handlers cannot take the
+    /// connection's writer lock, and the CM handler must not wait for it (nor for a
+    /// reconnect's change of hardware queues): the CM delivers other connections' events from
+    /// the same work queue, one at a time. Each cause counts once per established connection:
+    /// the other reports are its flushed work requests or its later CM events.
+    fn report_while_connecting(&self, ctrl: &Ctrl, cause: u32) {
+        if ctrl.core().state() != State::Connecting {
             return;
         }
         let first = self
@@ -781,278 +686,136 @@ impl Queue {
             })
             .is_ok();
         if first {
-            self.ctrl().queue_abort();
+            ctrl.queue_abort();
         }
     }
 
     /// The controller's abort work: handles a loss reported by
     /// [`Queue::report_while_connecting`], named after the CM's event if there was one.
-    pub(crate) fn abort_if_lost(&self) {
+    pub(crate) fn abort_if_lost(&self, ctrl: &Ctrl) {
         let flags = self.flags.load(Ordering::Acquire);
         if flags & ENDED != 0 {
-            let event = self.ended_by.load(Ordering::Relaxed);
-            self.lost_while_connecting(rdma::cm_event_msg(event as u32), ENDED);
+            let event = CmEventKind::from_code(self.ended_by.load(Ordering::Relaxed) as u32);
+            self.lost_while_connecting(ctrl, event.msg(), ENDED);
         } else if flags & FAILED != 0 {
-            self.lost_while_connecting(c_str!("connection failed"), FAILED);
+            self.lost_while_connecting(ctrl, c_str!("connection failed"), FAILED);
         }
     }
 
-    /// Releases the connection's resources. While the port is down the CM id is parked (see
-    /// `registration::park`) instead of being destroyed, since destroying a connected id sends
-    /// a DREQ through the CM; its QP goes now. `force` destroys it in any case (device
-    /// removal).
-    pub(crate) fn free(&self, force: bool) {
-        // Every flag: the queue has no connection from here. Sequentially consistent, as is
-        // the poller's count and check (`poll`): either a poller sees no connection, or this
-        // sees the poller and waits for it.
+    /// Takes the connection out (its QP drained again: a queue freed without having been
+    /// stopped, a set-up failing after its connect, may still have a completion handler
+    /// running on another CPU). Its release waits for its RCU readers (see
+    /// [`Queue::release`]); connections taken out together wait once.
+    pub(crate) fn retire(&self) {
+        // Every flag: the queue has no connection from here.
         if self.flags.swap(0, Ordering::SeqCst) & ALLOCATED == 0 {
             return;
         }
-        self.wait_for_pollers();
-        // Drained (again) before the connection is taken out of the cell: a queue that is freed
-        // without having been stopped (a set-up failing after its connect) may still have a
-        // completion handler running on another CPU, using the connection; the drain waits
-        // for it and flushes what the QP holds.
-        // SAFETY: the controller's teardown or set-up work.
-        if let Some(conn) = unsafe { self.conn() } {
+        let mut w = self.conn.write();
+        if let Some(conn) = w.get() {
             conn.qp.drain();
+            conn.qp.cq().stop_polls();
         }
-        // SAFETY: the queue's QP is drained, so no completion handler runs for it any more,
-        // and `queue_rq` cannot reach it (above): nothing uses the connection.
-        let Some(conn) = (unsafe { self.conn.replace(None) }) else {
+        if let Some(r) = w.take() {
+            if let Err(r) = self.retired.put(r) {
+                // A connection retired and never released: released now.
+                drop(r);
+            }
+        }
+    }
+
+    /// Releases a connection [`Queue::retire`] took out, once its readers are gone. While the
+    /// port is down the CM id is parked (see `devices::park`) instead of being destroyed,
+    /// since destroying a connected id sends a DREQ through the CM; its QP goes now. `force`
+    /// destroys it in any case (device removal).
+    pub(crate) fn release(&self, ctrl: &Ctrl, force: bool) {
+        let Some(conn) = self.retired.take() else {
             return;
         };
+        let conn = KBox::into_inner(conn.wait());
         dbg_event!(
             Queue,
-            self.nvme(),
+            ctrl.core(),
             "queue {}: released qp {:#x}",
             self.qid,
             conn.qp.qp_num()
         );
         let dev_gone = conn
             .qp
+            .id()
             .device()
-            .is_some_and(|d| self.ctrl().device_blocked(d));
-        if force || dev_gone || conn.qp.port_active() {
-            drop(conn);
+            .is_some_and(|d| ctrl.device_blocked(d.id()));
+        if force || dev_gone || conn.qp.id().port_active() {
             return;
         }
-        let Conn {
-            qp,
-            cq,
-            sqe_map,
-            rsp_map,
-            ..
-        } = conn;
-        let cm_id = qp.destroy_qp();
-        drop((cq, sqe_map, rsp_map));
-        crate::registration::park(cm_id);
+        let id = conn.qp.into_id();
+        devices::park(id.detach());
+    }
+
+    /// Releases the connection's resources (see [`Queue::retire`] and [`Queue::release`]).
+    pub(crate) fn free(&self, ctrl: &Ctrl, force: bool) {
+        self.retire();
+        self.release(ctrl, force);
     }
 
     /// Polls the connection's CQ for blk-mq (a poll queue's `poll`); 0 without a connection.
-    ///
-    /// # Safety
-    ///
-    /// Called from `blk_mq_ops::poll` of this queue's hardware context.
-    pub(crate) unsafe fn poll(&self) -> i32 {
-        self.pollers.fetch_add(1, Ordering::SeqCst);
-        // Sequentially consistent with `stop` and `free`, which clear the flags and then wait
-        // for the count: either this poll sees them cleared and leaves the CQ alone, or they
-        // wait for it. A stopped queue is not polled: its drain has taken what the CQ held.
-        let found = if self.flags.load(Ordering::SeqCst) & (ALLOCATED | ESTABLISHED)
-            == ALLOCATED | ESTABLISHED
-        {
-            // SAFETY: `free` clears ALLOCATED before it releases the connection, then waits
-            // for this poll to end (see there).
-            match unsafe { self.conn.get() } {
-                Some(conn) => conn.cq().poll_direct(-1),
-                None => 0,
-            }
-        } else {
-            0
-        };
-        self.pollers.fetch_sub(1, Ordering::Release);
-        found
+    pub(crate) fn poll(&self) -> i32 {
+        let rcu = RcuReadGuard::new();
+        self.conn(&rcu).map_or(0, |c| c.qp.cq().poll_direct())
     }
 
     // --- Posting --------------------------------------------------------------------------
 
-    /// Takes one of the queue's credits for a command, if fewer than `limit` are taken (a
-    /// command without a credit would find no receive posted for its response).
-    pub(crate) fn take_credit(&self, limit: u32) -> bool {
-        let limit = limit.min(self.credits.load(Ordering::Relaxed));
-        self.outstanding
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .is_ok()
-    }
-
-    /// Returns the credit of a command that was not sent, or whose response arrived.
-    pub(crate) fn return_credit(&self) {
-        let _ = self
-            .outstanding
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
-    }
-
-    /// The number of credits of the current connection (its depth).
-    pub(crate) fn credits(&self) -> u32 {
-        self.credits.load(Ordering::Relaxed)
-    }
-
-    /// Sends command `sqe`, with its in-capsule data if any. `index` is the command's entry of
-    /// this queue's ring, used when the capsule goes by reference; a command of another queue
-    /// (see `mq::spread`) has none and can only go as inline data (`EINVAL` otherwise).
+    /// Sends command `sqe` on `conn`, with its in-capsule data if any. `index` is the command's
+    /// send buffer, used when the capsule goes by reference; a command of another queue (see
+    /// `request::spread`) has none and can only go as inline data (`EINVAL` otherwise). `tag`
+    /// names the request a send of its own pages completes into.
     ///
     /// Only one send in [`SIGNAL_EVERY`] (fewer on a shallow queue) asks for a completion (a
     /// failed send always completes, and starts error recovery); the request completes on its
-    /// response alone.
-    /// That is safe because the response proves that the target received the whole capsule, and
-    /// the command ring and the pool stay registered until the QP is drained: a send the
-    /// adapter retransmits after its ring entry or slot was reused is a duplicate the target
-    /// drops. The C driver signals every send because it unmaps and invalidates per command;
-    /// so does this one for in-capsule data sent from the request's own pages
-    /// ([`InCapsule::Pages`]), which stay mapped until their send completes.
+    /// response alone. That is safe because the response proves that the target received the
+    /// whole capsule, and the send buffers and the pool stay registered until the QP is
+    /// drained: a send the adapter retransmits after its buffer or slot was reused is a
+    /// duplicate the target drops. The C driver signals every send because it unmaps and
+    /// invalidates per command; so does this one for in-capsule data sent from the request's
+    /// own pages ([`SendData::Pages`]), which the QP holds until their send completes.
     /// Returns `ENOMEM` when the send queue is full.
-    ///
-    /// # Safety
-    ///
-    /// Ring entry `index`, if any, must belong to the command while it is in flight; `data`
-    /// must be as [`InCapsule`] describes.
-    pub(crate) unsafe fn post_command(
+    pub(crate) fn post_command(
         &self,
         conn: &Conn,
         sqe: &[u8; SQE_SIZE],
-        index: Option<usize>,
-        data: Option<InCapsule>,
+        index: Option<u32>,
+        data: SendData<'_>,
+        tag: u32,
     ) -> Result {
         let n = self.sends.fetch_add(1, Ordering::Relaxed);
         let now_and_then = n & conn.signal_mask == conn.signal_mask;
-        let (sges, cqe, signaled) = match &data {
-            None => (&[][..], self.send_cqe.get(), now_and_then),
-            Some(InCapsule::Pool(sge)) => (
-                core::slice::from_ref(sge),
-                self.send_cqe.get(),
-                now_and_then,
-            ),
-            Some(InCapsule::Pages(sges, cqe)) => (sges.as_slice(), *cqe, true),
+        let id = match data {
+            SendData::Pages(_) => SEND_ID_PAGES + tag,
+            _ => SEND_ID_COMMAND,
         };
-        // SAFETY: `send_cqe` lives in the queue, which outlives the QP; a `Pages` completion
-        // entry lives until the send completes (see `InCapsule`); `index` and `data` per the
-        // contract.
-        unsafe { self.post_capsule(conn, sqe, index, cqe, signaled, sges) }
+        conn.qp.post_send(sqe, index, data, id, now_and_then)
     }
 
-    /// Posts the SEND of capsule `sqe`: as inline data when there is no in-capsule data and the
-    /// QP has room (the provider copies it at post time), else copied to ring entry `index` and
-    /// sent from there.
-    ///
-    /// # Safety
-    ///
-    /// Ring entry `index`, if any, must be the caller's until the send completes or the QP is
-    /// drained; so must `cqe`; `inline` (at most `Conn::data_sges` elements) must describe
-    /// memory the device may read through its key until then (registered pool memory, or pages
-    /// mapped for the device).
-    unsafe fn post_capsule(
-        &self,
-        conn: &Conn,
-        sqe: &[u8; SQE_SIZE],
-        index: Option<usize>,
-        cqe: *mut bindings::ib_cqe,
-        signaled: bool,
-        inline: &[bindings::ib_sge],
-    ) -> Result {
-        if inline.len() > conn.data_sges {
-            return Err(EINVAL);
-        }
-        let mut send_flags = if signaled {
-            bindings::ib_send_flags_IB_SEND_SIGNALED
-        } else {
-            0
-        };
-        // A capsule without in-capsule data goes as inline data when the QP has room: the
-        // provider copies its 64 bytes into the work request at post time instead of fetching
-        // them by key when it transmits. Inline SGEs carry CPU addresses.
-        let capsule = if inline.is_empty() && conn.inline_capsule {
-            send_flags |= bindings::ib_send_flags_IB_SEND_INLINE;
-            bindings::ib_sge {
-                addr: sqe.as_ptr() as u64,
-                length: SQE_SIZE as u32,
-                lkey: 0,
-            }
-        } else {
-            let index = index.ok_or(EINVAL)?;
-            // SAFETY: the entry is the caller's (see the contract) and inside the ring.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    sqe.as_ptr(),
-                    self.sqes.entry(index, SQE_SIZE),
-                    SQE_SIZE,
-                )
-            };
-            let offset = index * SQE_SIZE;
-            conn.sqe_map.sync_for_device(offset, SQE_SIZE);
-            bindings::ib_sge {
-                addr: conn.sqe_map.addr() + offset as u64,
-                length: SQE_SIZE as u32,
-                lkey: conn.lkey,
-            }
-        };
-        let mut sge = [bindings::ib_sge::default(); 1 + MAX_PAGE_SGES];
-        sge[0] = capsule;
-        for (to, from) in sge[1..].iter_mut().zip(inline) {
-            *to = *from;
-        }
-        let mut wr = bindings::ib_send_wr {
-            sg_list: sge.as_mut_ptr(),
-            num_sge: 1 + inline.len() as i32,
-            opcode: bindings::ib_wr_opcode_IB_WR_SEND,
-            send_flags,
-            ..Default::default()
-        };
-        wr.__bindgen_anon_1.wr_cqe = cqe;
-        // SAFETY: the SGEs name the capsule (by CPU address when inline, copied before the
-        // call returns; else its ring entry through the mapped ring) and (per the contract)
-        // memory the device may read; the verbs provider copies the WR before returning.
-        unsafe { conn.qp.post_send(&wr) }
-    }
-
-    fn post_recv(&self, conn: &Conn, index: u32) -> Result {
-        let offset = index as usize * CQE_SIZE;
-        let mut sge = bindings::ib_sge {
-            addr: conn.rsp_map.addr() + offset as u64,
-            length: CQE_SIZE as u32,
-            lkey: conn.lkey,
-        };
-        let mut wr = bindings::ib_recv_wr {
-            sg_list: &mut sge,
-            num_sge: 1,
-            ..Default::default()
-        };
-        wr.__bindgen_anon_1.wr_cqe = &self.recv_cqes[index as usize].cqe as *const _ as *mut _;
-        // SAFETY: the receive buffer is part of the mapped ring and its completion entry lives
-        // in the queue, which outlives the QP.
-        let ret = unsafe { conn.qp.post_recv(&wr) };
-        if let Err(e) = ret {
+    fn post_recv(&self, ctrl: &Ctrl, qp: &Qp<QueueLink>, index: u32) -> Result {
+        qp.post_recv(index).inspect_err(|e| {
             log_err!(
-                self.nvme(),
+                ctrl.core(),
                 "queue {}: posting receive failed ({:?})",
                 self.qid,
                 e
             );
-        }
-        ret
+        })
     }
 
     /// Sends the asynchronous event request (admin queue).
-    pub(crate) fn submit_async_event(&self) {
-        // SAFETY: called by the core while the admin queue is live.
-        let Some(conn) = (unsafe { self.conn() }) else {
+    pub(crate) fn submit_async_event(&self, ctrl: &Ctrl) {
+        let rcu = RcuReadGuard::new();
+        let Some(conn) = self.conn(&rcu) else {
             return;
         };
-        let index = AEN_COMMAND_ID as usize;
         let mut cmd = [0u8; SQE_SIZE];
-        cmd[0] = bindings::nvme_admin_opcode_nvme_admin_async_event as u8;
+        cmd[0] = crate::proto::capsule::NVME_ADMIN_ASYNC_EVENT;
         cmd[2..4].copy_from_slice(&AEN_COMMAND_ID.to_le_bytes());
         crate::proto::capsule::set_sgl(
             &mut cmd,
@@ -1060,13 +823,17 @@ impl Queue {
                 .encode()
                 .unwrap_or_default(),
         );
-        // SAFETY: the AEN ring entry is used by nothing else and only one AEN is outstanding;
-        // `aen_cqe` lives in the queue.
-        let res =
-            unsafe { self.post_capsule(conn, &cmd, Some(index), self.aen_cqe.get(), true, &[]) };
+        // The AEN's command buffer is used by nothing else and only one AEN is outstanding.
+        let res = conn.qp.post_send(
+            &cmd,
+            Some(u32::from(AEN_COMMAND_ID)),
+            SendData::None,
+            SEND_ID_AEN,
+            true,
+        );
         if let Err(e) = res {
             log_err!(
-                self.nvme(),
+                ctrl.core(),
                 "posting the async event request failed ({:?})",
                 e
             );
@@ -1075,286 +842,116 @@ impl Queue {
 
     /// Logs a failed work request and starts error recovery (or, while connecting, aborts the
     /// commands in flight on the queue).
-    pub(crate) fn wr_error(&self, wc: &bindings::ib_wc, op: &str) {
-        let ctrl = self.ctrl();
-        let state = ctrl.nvme().state();
+    pub(crate) fn wr_error(&self, ctrl: &Ctrl, wc: &Wc<'_>, op: &str) {
+        let state = ctrl.core().state();
         if state == State::Live || (state == State::Connecting && self.connected()) {
             log_info!(
-                self.nvme(),
+                ctrl.core(),
                 "queue {}: {} failed with status {} ({})",
                 self.qid,
                 op,
-                rdma::wc_status_msg(wc.status),
-                wc.status
+                wc.status_msg(),
+                wc.status()
             );
         }
         ctrl.error_recovery(format_args!("{} failed on queue {}", op, self.qid));
-        self.report_while_connecting(FAILED);
+        self.report_while_connecting(ctrl, FAILED);
     }
-}
 
-/// The in-capsule data of a command send (see [`Queue::post_command`]).
-pub(crate) enum InCapsule {
-    /// A slice of the registered pool, through the pool MR's local key. The send asks for a
-    /// completion only now and then: the pool stays registered until the QP is drained.
-    Pool(bindings::ib_sge),
-    /// The request's own pages, in up to `Conn::data_sges` ranges mapped for the device
-    /// ([`Conn::map_pages`]) and named through the PD's local DMA key. The send always asks
-    /// for a completion, which `cqe` receives; the pages must stay mapped, and `cqe` valid,
-    /// until it has run (or the QP is drained).
-    Pages(DataSges, *mut bindings::ib_cqe),
-}
-
-// --- Callbacks from the RDMA core ---------------------------------------------------------
-
-/// # Safety
-///
-/// Called by the RDMA CM with the id created in `Queue::connect`, whose context is the queue.
-unsafe extern "C" fn cm_handler(
-    id: *mut bindings::rdma_cm_id,
-    ev: *mut bindings::rdma_cm_event,
-) -> i32 {
-    // SAFETY: the handler's arguments, valid for the call.
-    let ev = unsafe { CmEvent::from_raw(id, ev) };
-    let (context, event, status) = (ev.context(), ev.event(), ev.status());
-    if context.is_null() {
-        // A parked id, detached from its queue: nothing to do. The device's removal releases
-        // parked ids before the CM reports it to them.
-        if event == bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL {
-            log_err!(
-                core::ptr::null(),
-                "a parked CM id is still on a device being removed"
-            );
+    /// A receive completed: a response capsule, or a flushed receive.
+    fn recv_done(&self, ctrl: &Ctrl, qp: &Qp<QueueLink>, index: u32, wc: &Wc<'_>) {
+        if !wc.ok() {
+            self.wr_error(ctrl, wc, "RECV");
+            return;
         }
-        return 0;
+        if (wc.byte_len() as usize) < CQE_SIZE {
+            log_err!(
+                ctrl.core(),
+                "queue {}: truncated response of {} bytes",
+                self.qid,
+                wc.byte_len()
+            );
+            ctrl.error_recovery(format_args!("truncated response on queue {}", self.qid));
+            return;
+        }
+        let mut raw = [0u8; CQE_SIZE];
+        if qp.read_recv(index, &mut raw).is_err() {
+            return;
+        }
+        let cqe = crate::proto::capsule::Cqe::decode(&raw);
+        if self.qid == 0 && cqe.command_id & 0xfff >= AEN_COMMAND_ID {
+            ctrl.core()
+                .complete_async_event(u16::from_le_bytes([raw[14], raw[15]]), cqe.result);
+        } else {
+            if self.qid != 0 {
+                // The response's credit, whatever becomes of it.
+                return_credit(qp.cq());
+            }
+            request::process_response(ctrl, self, &raw, wc.with_invalidate());
+        }
+        let _ = self.post_recv(ctrl, qp, index);
     }
-    // SAFETY: a non-null context is the queue that created the id, alive while the id is
-    // attached to it.
-    let queue = unsafe { &*(context as *const Queue) };
-    let nvme = queue.nvme();
-    dbg_event!(
-        Cm,
-        nvme,
-        "queue {}: {} ({}) status {}",
-        queue.qid,
-        rdma::cm_event_msg(event),
-        event,
-        status
-    );
-    match event {
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED
-        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED
-        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => queue.cm_signal(event, 0),
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => {
-            if let Some(rej) = ev.rejected() {
-                let cm_msg = rej.cm_msg;
-                match rej.data.and_then(CmReject::decode) {
-                    Some(r) => log_err!(
-                        nvme,
-                        "queue {}: connect rejected: status {} ({}) nvme status {} ({})",
-                        queue.qid,
-                        status,
-                        cm_msg,
-                        r.sts,
-                        r.msg()
-                    ),
-                    None => log_err!(
-                        nvme,
-                        "queue {}: connect rejected: status {} ({})",
-                        queue.qid,
-                        status,
-                        cm_msg
-                    ),
+}
+
+impl CmHandler for QueueLink {
+    fn event(&self, ev: &CmEvent<'_>) {
+        self.queue().cm_event(&self.ctrl, ev);
+    }
+}
+
+impl QpHandler for QueueLink {
+    fn recv_done(qp: &Qp<Self>, index: u32, wc: &Wc<'_>) {
+        let link = qp.handler();
+        link.queue().recv_done(&link.ctrl, qp, index, wc);
+    }
+
+    fn send_done(qp: &Qp<Self>, id: u32, wc: &Wc<'_>, held: Option<Held>) {
+        let link = qp.handler();
+        let (ctrl, queue) = (&*link.ctrl, link.queue());
+        match id {
+            SEND_ID_REG => {
+                queue.reg_status.store(
+                    if wc.ok() { 0 } else { wc.status() as i32 + 1 },
+                    Ordering::Release,
+                );
+                if !wc.ok() {
+                    log_err!(ctrl.core(), "pool registration failed: {}", wc.status_msg());
                 }
+                // The region the registration held goes before the waiter learns the result.
+                drop(held);
+                queue.reg_done.complete();
             }
-            queue.cm_signal(event, errno::ECONNRESET().to_errno());
-        }
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_ERROR
-        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR
-        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR
-        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => {
-            let err = if status < 0 {
-                status
-            } else {
-                errno::ECONNRESET().to_errno()
-            };
-            queue.cm_signal(event, err);
-        }
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED
-        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE
-        | bindings::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => {
-            queue.cm_lost(event);
-            queue.cm_signal(event, errno::ECONNRESET().to_errno());
-        }
-        bindings::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => {
-            // The ib_client remove callback, which runs before the CM's, released everything
-            // on the device of the controllers it found; an id still here belongs to one it
-            // did not (being created, say). The CM waits until the id is destroyed: the
-            // controller stops using the device, and its teardown destroys the id instead of
-            // parking it.
-            if let Some(dev) = ev.device() {
-                queue.ctrl().block_device(dev);
+            SEND_ID_AEN if !wc.ok() => queue.wr_error(ctrl, wc, "ASYNC"),
+            id if id >= SEND_ID_PAGES => {
+                // The device is done with the pages: unmapped now.
+                drop(held);
+                if !wc.ok() {
+                    queue.wr_error(ctrl, wc, "SEND");
+                }
+                request::pages_sent(ctrl, queue, id - SEND_ID_PAGES);
             }
-            queue.cm_lost(event);
-            queue.cm_signal(event, ENODEV.to_errno());
-        }
-        _ => {
-            log_err!(
-                nvme,
-                "queue {}: unexpected RDMA CM event {} ({})",
-                queue.qid,
-                rdma::cm_event_msg(event),
-                event
-            );
-            queue.ctrl().error_recovery(format_args!(
-                "queue {}: unexpected CM event {}",
-                queue.qid, event
-            ));
+            _ if !wc.ok() => queue.wr_error(ctrl, wc, "SEND"),
+            _ => {}
         }
     }
-    0
-}
 
-/// Asynchronous QP events: fatal ones mean the connection is gone.
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn qp_event(event: *mut bindings::ib_event, context: *mut c_void) {
-    // SAFETY: the QP's context is its queue, alive while the QP exists.
-    let (queue, ev) = unsafe { (&*(context as *const Queue), (*event).event) };
-    dbg_event!(
-        Queue,
-        queue.nvme(),
-        "queue {}: QP event {} ({})",
-        queue.qid,
-        rdma::event_msg(ev),
-        ev
-    );
-    match ev {
-        bindings::ib_event_type_IB_EVENT_QP_FATAL
-        | bindings::ib_event_type_IB_EVENT_QP_REQ_ERR
-        | bindings::ib_event_type_IB_EVENT_QP_ACCESS_ERR => {
-            log_err!(
-                queue.nvme(),
-                "queue {}: QP event {}",
-                queue.qid,
-                rdma::event_msg(ev)
-            );
-            queue.ctrl().error_recovery(format_args!(
-                "queue {}: {}",
-                queue.qid,
-                rdma::event_msg(ev)
-            ));
-            queue.report_while_connecting(FAILED);
-        }
-        _ => {}
-    }
-}
-
-/// Completion of a receive (a response capsule).
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn recv_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: the RDMA core passes a valid completion whose `wr_cqe` is a `RecvCqe` of a live
-    // queue (posted in `post_recv`).
-    let (wc, rc) = unsafe {
-        let wc = &*wc;
-        (wc, &*(wc.__bindgen_anon_1.wr_cqe as *const RecvCqe))
-    };
-    // SAFETY: set in `Queue::new`, the queue outlives its QP.
-    let queue = unsafe { &*rc.queue };
-    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
-        queue.wr_error(wc, "RECV");
-        return;
-    }
-    // SAFETY: a completion of this queue's CQ: the connection is installed (see `conn`).
-    let Some(conn) = (unsafe { queue.conn() }) else {
-        return;
-    };
-    if (wc.byte_len as usize) < CQE_SIZE {
-        log_err!(
-            queue.nvme(),
-            "queue {}: truncated response of {} bytes",
+    fn event(qp: &Qp<Self>, event: QpEvent) {
+        let link = qp.handler();
+        let (ctrl, queue) = (&*link.ctrl, link.queue());
+        dbg_event!(
+            Queue,
+            ctrl.core(),
+            "queue {}: QP event {} ({})",
             queue.qid,
-            wc.byte_len
+            event.msg(),
+            event.code()
         );
-        queue
-            .ctrl()
-            .error_recovery(format_args!("truncated response on queue {}", queue.qid));
-        return;
+        if event.is_fatal() {
+            log_err!(ctrl.core(), "queue {}: QP event {}", queue.qid, event.msg());
+            ctrl.error_recovery(format_args!("queue {}: {}", queue.qid, event.msg()));
+            queue.report_while_connecting(ctrl, FAILED);
+        }
     }
-    let offset = rc.index as usize * CQE_SIZE;
-    conn.rsp_map.sync_for_cpu(offset, CQE_SIZE);
-    let mut raw = [0u8; CQE_SIZE];
-    // SAFETY: the ring entry is ours until the receive is reposted below.
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            queue.rsps.entry(rc.index as usize, CQE_SIZE),
-            raw.as_mut_ptr(),
-            CQE_SIZE,
-        )
-    };
-    let cqe = crate::proto::capsule::Cqe::decode(&raw);
-    let invalidated = wc.wc_flags & bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE as i32 != 0;
-    if queue.qid == 0 && cqe.command_id & 0xfff >= AEN_COMMAND_ID {
-        queue
-            .ctrl()
-            .nvme()
-            .complete_async_event(u16::from_le_bytes([raw[14], raw[15]]), cqe.result);
-    } else {
-        crate::mq::process_response(queue, conn, &raw, invalidated);
-    }
-    conn.rsp_map.sync_for_device(offset, CQE_SIZE);
-    let _ = queue.post_recv(conn, rc.index);
-}
-
-/// Completion of a command send: a signaled one, or one that failed.
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: valid completion of a send posted by `post_command`, whose QP context is the
-    // queue.
-    let (wc, queue) = unsafe { (&*wc, &*((*(*wc).qp).qp_context as *const Queue)) };
-    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
-        queue.wr_error(wc, "SEND");
-    }
-}
-
-/// Completion of the asynchronous event request send.
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn aen_send_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: valid completion of the AEN send posted by `submit_async_event`; `qp_context` is
-    // the queue.
-    let (wc, queue) = unsafe { (&*wc, &*((*(*wc).qp).qp_context as *const Queue)) };
-    if wc.status != bindings::ib_wc_status_IB_WC_SUCCESS {
-        queue.wr_error(wc, "ASYNC");
-    }
-}
-
-/// Completion of the pool registration (REG_MR) work request.
-///
-/// # Safety
-///
-/// Called by the kernel with the arguments its API documents for this callback.
-unsafe extern "C" fn reg_wr_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
-    // SAFETY: valid completion of the REG_MR posted by `register_pool`, whose `wr_cqe` is the
-    // queue's `reg_cqe` and whose QP context is the queue.
-    let (wc, queue) = unsafe { (&*wc, &*((*(*wc).qp).qp_context as *const Queue)) };
-    // SAFETY: `reg_cqe` is a `WaitCqe` inside the queue.
-    unsafe {
-        (*queue.reg_cqe.get())
-            .status
-            .store(wc.status as i32, Ordering::Release)
-    };
-    queue.reg_done.complete();
 }
 
 /// The largest power of two not above `n` (at least 1).

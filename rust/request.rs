@@ -1,586 +1,635 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Requests of the transport's tag sets, their hardware contexts and the tag sets themselves,
-//! as blk-mq and the NVMe core hand them to the transport.
+//! The transport's request: its data in each blk-mq request of the controller's tag sets, and
+//! the data path of one command.
 //!
-//! The kernel crate's `block::mq` owns its tag sets; here the NVMe core allocates them
-//! (`nvme_alloc_*_tag_set`) and the transport only supplies raw `blk_mq_ops`, which get raw
-//! pointers. Each callback turns its pointer into a handle once; that is the one unsafe step,
-//! and its contract is the callback's own. From there the transport works through safe
-//! methods:
-//! - [`Rq`]: a request of a tag set of ours, found by its PDU or by a response's command
-//!   identifier; gives the PDU and nothing else.
-//! - [`OwnedRq`]: a request the transport owns in blk-mq's sense, from `queue_rq` (or the
-//!   response that is its last completion) until it ends it or sends its command. It reads the
-//!   request's state; the calls that end the request consume it, so each runs once, and
-//!   dropping it after the command went out leaves the request to the response.
-//! - [`TimedOutRq`]: a request in blk-mq's timeout handler, which a response may be ending
-//!   meanwhile: only the core's guarded completion is offered.
-//! - [`BusyRq`]: a started request a tag-set walk holds for the call.
-//! - [`Hctx`]: a hardware context whose driver data the transport set in `init_hctx`.
-//! - [`TagSet`]: a tag set embedded in the controller. It allocates, changes and removes the
-//!   set through the core, one at a time, and lets readers that take no lock (a response
-//!   looking its request up, a walk over the requests in flight) see it only while its tags
-//!   stay put: they read inside an RCU read-side section ([`TagSet::ready`]), and removing the
-//!   set or changing its hardware queues first closes it to them and waits for them.
-//! - [`Tags`]: the tags of one hardware queue, to look a command identifier up.
+//! - `queue_rq`: the core builds the command; the data gets a slice of the registered pool
+//!   (its tag's slot, or a block of the large area); writes are copied in; the command gets one
+//!   SGL descriptor (keyed: pool address, length, the pool's RKEY; or in-capsule for small
+//!   writes, sent from the request's own pages when the send has an SGE for each of their
+//!   ranges) and is sent.
+//! - The request completes when its response arrives (sends are signaled only now and then,
+//!   see `Queue::post_command`), and the send of its own pages, if any, completed; reads are
+//!   copied out of the pool in `complete`, on the submitting CPU, and the slice is returned.
 
-use crate::bindings;
-use crate::nvme;
-use crate::rdma::PageRange;
-use crate::sync::{self, RcuReadGuard};
-use core::marker::PhantomData;
-use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::ffi::c_void;
-use kernel::init::PinInit;
+use crate::ctrl::Ctrl;
+use crate::pool::DataSlice;
+use crate::proto::capsule::{self, SQE_SIZE};
+use crate::proto::pool::Slice;
+use crate::proto::sgl::{InlineSgl, KeyedSgl};
+use crate::proto::spread::Owner;
+use crate::queue::{Conn, Queue};
+use crate::wrap::errno;
+use crate::wrap::log::{dbg_event, log_err, log_warn};
+use crate::wrap::nvme::{
+    BlkStatus, OwnedRq, Rq, Share, State, Submitting, TimedOutRq, TimeoutAction,
+};
+use crate::wrap::rdma::{PageMaps, SendData, MAX_PAGE_RANGES};
+use crate::wrap::sync::{Rcu, RcuReadGuard};
+use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
-use kernel::sync::Mutex;
-use kernel::types::Opaque;
 
-/// A blk-mq status (`blk_status_t`).
-pub(crate) type BlkStatus = bindings::blk_status_t;
-pub(crate) const BLK_STS_OK: BlkStatus = 0;
-pub(crate) const BLK_STS_RESOURCE: BlkStatus = 9;
-pub(crate) const BLK_STS_IOERR: BlkStatus = 10;
+/// No data slice.
+const NO_DATA: u64 = u64::MAX;
 
-/// The data a tag set keeps with each of its requests (the PDU, `blk_mq_rq_to_pdu`).
-///
-/// # Safety
-///
-/// Values of the type exist only as PDUs: the type has no constructor outside its own
-/// `init_request`, which initializes it in place in the PDU of each request of tag sets
-/// allocated for it (see [`TagSet::alloc`]). It starts with the core's `struct nvme_request`,
-/// as `nvme_req(rq)` requires.
-pub(crate) unsafe trait Pdu {}
-
-/// A request of a tag set whose PDU is a `T`, allocated for `'a`.
-pub(crate) struct Rq<'a, T: Pdu> {
-    ptr: NonNull<bindings::request>,
-    _pdu: PhantomData<&'a T>,
+/// The transport's data of a request.
+pub(crate) struct Request {
+    /// The request's own queue (its hardware context's).
+    qid: u16,
+    /// The queue the command was sent on: its own, or another one (see `submit`).
+    sent_on: AtomicU16,
+    status: AtomicU16,
+    result: AtomicU64,
+    data_offset: AtomicU64,
+    data_len: AtomicU32,
+    data_large: AtomicBool,
 }
 
-impl<T: Pdu> Clone for Rq<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
+/// A request of the controller's tag sets.
+type Req<'a> = Rq<'a, Request>;
+/// A request the transport owns.
+type OwnedReq<'a> = OwnedRq<'a, Request>;
 
-impl<T: Pdu> Copy for Rq<'_, T> {}
-
-impl<'a, T: Pdu> Rq<'a, T> {
-    /// # Safety
-    ///
-    /// `ptr` is a request of a tag set whose PDU is an initialized `T` (see [`Pdu`]), and the
-    /// request stays allocated for `'a`.
-    unsafe fn from_raw(ptr: *mut bindings::request) -> Self {
+impl Request {
+    /// The data of a request of queue `qid`, not in flight.
+    pub(crate) fn new(qid: u16) -> Self {
         Self {
-            // SAFETY: a request, per the contract, is not null.
-            ptr: unsafe { NonNull::new_unchecked(ptr) },
-            _pdu: PhantomData,
+            qid,
+            sent_on: AtomicU16::new(qid),
+            status: AtomicU16::new(0),
+            result: AtomicU64::new(0),
+            data_offset: AtomicU64::new(NO_DATA),
+            data_len: AtomicU32::new(0),
+            data_large: AtomicBool::new(false),
         }
     }
 
-    /// The request whose PDU is `pdu`.
-    pub(crate) fn of(pdu: &'a T) -> Self {
-        let pdu = pdu as *const T as *mut c_void;
-        // SAFETY: a `T` exists only as the PDU of a request (see `Pdu`), which is allocated as
-        // long as its PDU is.
-        unsafe { Self::from_raw(bindings::rsrdma_rq_from_pdu(pdu)) }
+    /// The request's own queue.
+    fn queue<'a>(&self, ctrl: &'a Ctrl) -> &'a Queue {
+        ctrl.queue(self.qid)
     }
 
-    /// The request's PDU.
-    pub(crate) fn pdu(self) -> &'a T {
-        // SAFETY: per `from_raw`, the PDU is an initialized `T`, allocated for `'a`; it is only
-        // shared (its mutable state is the implementor's, behind atomics or `Opaque`).
-        unsafe { &*(bindings::rsrdma_rq_pdu(self.ptr()) as *const T) }
+    fn set_data(&self, data: Option<DataSlice>) {
+        match data {
+            Some(d) => {
+                self.data_offset.store(d.slice.offset, Ordering::Relaxed);
+                self.data_len.store(d.slice.len, Ordering::Relaxed);
+                self.data_large.store(d.large, Ordering::Relaxed);
+            }
+            None => self.data_offset.store(NO_DATA, Ordering::Relaxed),
+        }
     }
 
-    fn ptr(self) -> *mut bindings::request {
-        self.ptr.as_ptr()
-    }
-
-    /// # Safety
-    ///
-    /// The request has its tag (blk-mq assigns it before `queue_rq`) and is held (owned, or in
-    /// the timeout handler): the tag stays.
-    unsafe fn raw_tag(self) -> u32 {
-        // SAFETY: per the contract.
-        unsafe { (*self.ptr()).tag as u32 }
+    fn take_data(&self) -> Option<DataSlice> {
+        let offset = self.data_offset.swap(NO_DATA, Ordering::Relaxed);
+        (offset != NO_DATA).then(|| DataSlice {
+            slice: Slice {
+                offset,
+                len: self.data_len.load(Ordering::Relaxed),
+            },
+            large: self.data_large.load(Ordering::Relaxed),
+        })
     }
 }
 
-/// The handles below are requests with more rights: each gives its request's PDU.
-macro_rules! deref_to_rq {
-    ($($handle:ident),*) => {$(
-        impl<'a, T: Pdu> core::ops::Deref for $handle<'a, T> {
-            type Target = Rq<'a, T>;
-
-            fn deref(&self) -> &Rq<'a, T> {
-                &self.0
-            }
-        }
-    )*};
+/// Ends a request whose last share just ended, with its response's status.
+fn finish(ctrl: &Ctrl, rq: OwnedReq<'_>) {
+    let req = rq.pdu();
+    let (status, result) = (
+        req.status.load(Ordering::Relaxed),
+        req.result.load(Ordering::Relaxed),
+    );
+    if let Some(rq) = rq.try_complete(status, result) {
+        // Not sent to the submitting CPU: ended here.
+        complete(ctrl, rq);
+    }
 }
 
-deref_to_rq!(OwnedRq, TimedOutRq, BusyRq);
-
-/// A request the transport owns in blk-mq's sense (see the module's documentation).
-#[must_use = "a request must be ended, handed back, or sent"]
-pub(crate) struct OwnedRq<'a, T: Pdu>(Rq<'a, T>);
-
-impl<'a, T: Pdu> OwnedRq<'a, T> {
-    /// # Safety
-    ///
-    /// As for [`Rq`]'s handles; and the caller owns the request: blk-mq gave it to `queue_rq`
-    /// or to `complete`, and nothing else ends it until the handle is consumed or dropped.
-    pub(crate) unsafe fn from_raw(ptr: *mut bindings::request) -> Self {
-        // SAFETY: per the contract.
-        Self(unsafe { Rq::from_raw(ptr) })
+/// Ends `share` of `rq`, and the request if it was the last; `false` if the share was not
+/// held.
+fn end_share(ctrl: &Ctrl, rq: Req<'_>, share: Share) -> bool {
+    match rq.end_share(share) {
+        Ok(Some(rq)) => finish(ctrl, rq),
+        Ok(None) => {}
+        Err(_) => return false,
     }
+    true
+}
 
-    /// # Safety
-    ///
-    /// The caller owns `rq`: it counted the request's last completion, say, after blk-mq
-    /// started it and the command went out.
-    pub(crate) unsafe fn assume(rq: Rq<'a, T>) -> Self {
-        Self(rq)
+/// Handles a response capsule received on `queue` (called from the receive completion).
+pub(crate) fn process_response(ctrl: &Ctrl, queue: &Queue, raw: &[u8; 16], invalidated: bool) {
+    let nvme = ctrl.core();
+    let cqe = capsule::Cqe::decode(raw);
+    // A command of this queue, or one of another I/O queue sent here (see `spread`).
+    let owner = match ctrl.spread() {
+        Some(sp) if queue.qid() != 0 => sp.decode(queue.qid(), cqe.command_id),
+        _ => Some(Owner::Own(cqe.command_id)),
+    };
+    // The tags, and the request found in them, stay valid while this is held.
+    let rcu = RcuReadGuard::new();
+    let found = match owner {
+        Some(Owner::Own(cid)) => ctrl.tags(queue.qid(), &rcu).map(|t| (t, cid)),
+        // The queue named by the command identifier may not have its tags (yet).
+        Some(Owner::Other { qid, command_id }) => ctrl.tags(qid, &rcu).map(|t| (t, command_id)),
+        None => None,
+    };
+    let Some(rq) = found.and_then(|(tags, cid)| tags.find(cid)) else {
+        log_err!(
+            nvme,
+            "queue {}: response with unknown command_id {:#x} (status {:#x})",
+            queue.qid(),
+            cqe.command_id,
+            cqe.status
+        );
+        ctrl.error_recovery(format_args!("bad command_id on queue {}", queue.qid()));
+        return;
+    };
+    let req = rq.pdu();
+    let sent_on = req.sent_on.load(Ordering::Relaxed);
+    if sent_on != queue.qid() {
+        log_err!(
+            nvme,
+            "queue {}: response with command_id {:#x} of a command sent on queue {}",
+            queue.qid(),
+            cqe.command_id,
+            sent_on
+        );
+        ctrl.error_recovery(format_args!("response on the wrong queue {}", queue.qid()));
+        return;
     }
-
-    /// The request's tag.
-    pub(crate) fn tag(&self) -> u32 {
-        // SAFETY: an owned request.
-        unsafe { self.raw_tag() }
+    if invalidated {
+        log_err!(nvme, "queue {}: target sent SEND_WITH_INV for command_id {:#x}: the pool RKEY is never offered for invalidation",
+            queue.qid(), cqe.command_id);
+        ctrl.error_recovery(format_args!("remote invalidation on queue {}", queue.qid()));
+        return;
     }
-
-    /// The bytes of data the command moves: 0 for commands without data pages (flush, write
-    /// zeroes), even when the request has a size.
-    pub(crate) fn data_len(&self) -> u32 {
-        // SAFETY: an owned request: its bios do not change while it is ours.
-        unsafe {
-            if bindings::rsrdma_rq_nr_phys_segments(self.ptr()) == 0 {
-                0
-            } else {
-                bindings::rsrdma_rq_payload_bytes(self.ptr())
-            }
-        }
+    if !rq.holds(Share::Response) {
+        not_in_flight(ctrl, queue, cqe.command_id);
+        return;
     }
-
-    /// Whether the request moves data to the device.
-    pub(crate) fn is_write(&self) -> bool {
-        // SAFETY: an owned request: its operation does not change while it is ours.
-        unsafe { bindings::rsrdma_rq_is_write(self.ptr()) }
+    req.status
+        .store(u16::from_le_bytes([raw[14], raw[15]]), Ordering::Relaxed);
+    req.result.store(cqe.result, Ordering::Relaxed);
+    dbg_event!(
+        Io,
+        nvme,
+        "queue {}: response cid {:#x} status {:#x}",
+        queue.qid(),
+        cqe.command_id,
+        cqe.status
+    );
+    if !end_share(ctrl, rq, Share::Response) {
+        not_in_flight(ctrl, queue, cqe.command_id);
     }
+}
 
-    /// The NVMe status the core recorded for the request (`nvme_req(rq)->status`).
-    pub(crate) fn nvme_status(&self) -> u16 {
-        let nreq = self.pdu() as *const T as *const bindings::nvme_request;
-        // SAFETY: the PDU starts with the core's `nvme_request` (see `Pdu`), which the core
-        // does not write while the request is ours.
-        unsafe { (*nreq).status }
-    }
+/// A response named a command that is not in flight.
+fn not_in_flight(ctrl: &Ctrl, queue: &Queue, command_id: u16) {
+    log_err!(
+        ctrl.core(),
+        "queue {}: response for command_id {:#x}, which is not in flight (answered already, or ended without an answer)",
+        queue.qid(),
+        command_id
+    );
+    ctrl.error_recovery(format_args!(
+        "response for a command not in flight on queue {}",
+        queue.qid()
+    ));
+}
 
-    /// Calls `f` with each segment of the request's data, mapped for the call: its address
-    /// and length.
-    pub(crate) fn for_each_segment<F: FnMut(*mut u8, u32)>(&self, mut f: F) {
-        /// # Safety
-        ///
-        /// `ctx` is the closure `for_each_segment` passes to the glue.
-        unsafe extern "C" fn visit<F: FnMut(*mut u8, u32)>(
-            ctx: *mut c_void,
-            va: *mut c_void,
-            len: u32,
-        ) -> i32 {
-            // SAFETY: per the function's contract; the closure outlives the walk.
-            let f = unsafe { &mut *(ctx as *mut F) };
-            f(va as *mut u8, len);
-            0
-        }
-        let ctx = &mut f as *mut F as *mut c_void;
-        // SAFETY: an owned request, whose bios do not change while it is ours; `ctx` is the
-        // closure `visit::<F>` expects, alive for the call.
-        unsafe { bindings::rsrdma_rq_visit_segments(self.ptr(), Some(visit::<F>), ctx) };
-    }
+/// The send of the pages of the request with tag `tag` on `queue` completed (always signaled,
+/// see [`SendData::Pages`]): the QP has released the pages.
+pub(crate) fn pages_sent(ctrl: &Ctrl, queue: &Queue, tag: u32) {
+    let rcu = RcuReadGuard::new();
+    let Some(rq) = ctrl
+        .tags(queue.qid(), &rcu)
+        .and_then(|tags| tags.by_tag(tag))
+    else {
+        return;
+    };
+    // Not held if the request already ended without waiting for this completion (it was taken
+    // back unsent, or its queue flushed): nothing left to do for it.
+    end_share(ctrl, rq, Share::Send);
+}
 
-    /// The request's data as its bvecs, each a physically contiguous range (neighbours may be
-    /// contiguous too: they count apart), when there are at most `N`; `None` when there are
-    /// more, none, or a special payload (the range list of a discard, which the core
-    /// allocates).
-    pub(crate) fn ranges<const N: usize>(&self) -> Option<Ranges<N>> {
-        let mut bv = [bindings::bio_vec::default(); N];
-        // SAFETY: an owned request, whose bios do not change while it is ours; the glue stores
-        // at most `N` entries into the local array.
-        let n = unsafe { bindings::rsrdma_rq_bvecs(self.ptr(), bv.as_mut_ptr(), N as u32) };
-        let n = (n as usize).min(N);
-        let mut ranges = Ranges {
-            ranges: [PageRange::EMPTY; N],
-            n,
-        };
-        for (r, bv) in ranges.ranges.iter_mut().zip(&bv[..n]) {
-            *r = PageRange {
-                page: NonNull::new(bv.bv_page)?,
-                offset: bv.bv_offset,
-                len: bv.bv_len,
+/// Where a command's data goes (see `map_command`).
+enum Data {
+    /// No data, or all of it in the pool (named by the command's SGL).
+    None,
+    /// In-capsule data in a pool slice.
+    Pool(Slice),
+    /// In-capsule data from the request's own pages.
+    Pages(PageMaps),
+}
+
+/// What `submit` did: sent the command, moving this many data bytes, written or not; or failed,
+/// without sending it. The request comes back either way.
+type Submitted<'a> =
+    core::result::Result<(Submitting<'a, Request>, u32, bool), (OwnedReq<'a>, Error)>;
+
+/// Maps the data of a request into the pool and sends its command; returns the number of data
+/// bytes and whether they are written. The request is handed out as shares just before its
+/// command is sent: its response may come as soon as it is, but cannot end it before
+/// `queue_rq` ends its own share (`sent`). On failure, nothing was sent.
+fn submit<'a>(
+    ctrl: &Ctrl,
+    queue: &Queue,
+    conn: &Conn,
+    rq: OwnedReq<'a>,
+    rcu: &Rcu,
+) -> Submitted<'a> {
+    let (len, is_write) = (rq.data_len(), rq.is_write());
+    let (mut sqe, data) = match map_command(ctrl, queue, conn, &rq, len, is_write, rcu) {
+        Ok(c) => c,
+        Err(e) => return Err((rq, e)),
+    };
+    if len >= crate::wrap::params::spread_bytes() && matches!(data, Data::None) {
+        if let Some((other, oconn)) = spread(ctrl, queue, rq.pdu(), &mut sqe, rcu) {
+            let sub = rq.arm(false);
+            // No send buffer and no in-capsule data: it goes inline.
+            return match other.post_command(oconn, &sqe, None, SendData::None, 0) {
+                Ok(()) => {
+                    queue.stats().spread.fetch_add(1, Ordering::Relaxed);
+                    Ok((sub, len, is_write))
+                }
+                Err(e) => {
+                    oconn.return_credit();
+                    Err((sub.reclaim(), e))
+                }
             };
         }
-        (n > 0).then_some(ranges)
     }
-
-    /// Whether controller `ctrl` can take the request now (`nvme_check_ready`).
-    pub(crate) fn check_ready(&self, ctrl: nvme::Ctrl, queue_live: bool) -> bool {
-        // SAFETY: a live controller (a `Ctrl`) and an owned request.
-        unsafe { bindings::rsrdma_nvme_check_ready(ctrl.as_ptr(), self.ptr(), queue_live) }
+    // The core's tags keep this queue's commands within its depth, unless commands of other
+    // queues took credits here: then blk-mq retries when I/O completes.
+    let qid = queue.qid();
+    if qid != 0 && !conn.take_credit(u32::MAX) {
+        return Err((rq, ENOMEM));
     }
-
-    /// Hands a request the controller cannot take now back to the core, which fails or
-    /// requeues it (`nvme_fail_nonready_command`).
-    pub(crate) fn fail_nonready(self, ctrl: nvme::Ctrl) -> BlkStatus {
-        // SAFETY: a live controller and an owned request, which the handle gives up.
-        unsafe { bindings::nvme_fail_nonready_command(ctrl.as_ptr(), self.ptr()) }
-    }
-
-    /// Builds the request's command in its PDU (`nvme_setup_cmd`), for the namespace of its
-    /// request queue (none for the admin and connect queues).
-    pub(crate) fn setup_cmd(&self) -> BlkStatus {
-        // SAFETY: an owned request: its request queue is live, and the core set the queue's
-        // `queuedata` to its namespace, or left it null, before any request.
-        let ns = unsafe { (*(*self.ptr()).q).queuedata as *mut bindings::nvme_ns };
-        // SAFETY: an owned request not yet started, with its queue's namespace.
-        unsafe { bindings::nvme_setup_cmd(ns, self.ptr()) }
-    }
-
-    /// Undoes `setup_cmd` for a request handed back to blk-mq unsent (`nvme_cleanup_cmd`).
-    pub(crate) fn cleanup_cmd(&self) {
-        // SAFETY: an owned request.
-        unsafe { bindings::nvme_cleanup_cmd(self.ptr()) }
-    }
-
-    /// Starts the request's timer (`nvme_start_request`).
-    pub(crate) fn start(&self) {
-        // SAFETY: an owned request.
-        unsafe { bindings::rsrdma_nvme_start_request(self.ptr()) }
-    }
-
-    /// Completes the request with a host path error, for the core to retry or fail over
-    /// (`nvme_host_path_error`).
-    pub(crate) fn host_path_error(self) -> BlkStatus {
-        // SAFETY: an owned request, which the handle gives up.
-        unsafe { bindings::nvme_host_path_error(self.ptr()) }
-    }
-
-    /// Records the response (its status field as received, the result) in the request
-    /// (`nvme_try_complete_req`). Returns the request when the caller is to end it now;
-    /// `None` when blk-mq ends it on the submitting CPU, through the `complete` callback.
-    pub(crate) fn try_complete(self, status: u16, result: u64) -> Option<Self> {
-        // SAFETY: an owned request; when the call returns true, blk-mq has taken it back.
-        let remote = unsafe { bindings::rsrdma_nvme_try_complete_req(self.ptr(), status, result) };
-        (!remote).then_some(self)
-    }
-
-    /// Ends the request (`nvme_complete_rq`).
-    pub(crate) fn complete(self) {
-        // SAFETY: an owned request, which the handle gives up.
-        unsafe { bindings::nvme_complete_rq(self.ptr()) }
-    }
-}
-
-/// A request in blk-mq's timeout handler. The handler holds a reference to it for the call,
-/// but a response may end it meanwhile: the only way to end it is the core's completion,
-/// which checks that it has not ended.
-pub(crate) struct TimedOutRq<'a, T: Pdu>(Rq<'a, T>);
-
-impl<'a, T: Pdu> TimedOutRq<'a, T> {
-    /// # Safety
-    ///
-    /// As for [`Rq`]'s handles; `ptr` is the request `blk_mq_ops::timeout` was given, and the
-    /// handle does not outlive the call.
-    pub(crate) unsafe fn from_raw(ptr: *mut bindings::request) -> Self {
-        // SAFETY: per the contract.
-        Self(unsafe { Rq::from_raw(ptr) })
-    }
-
-    /// The request's tag.
-    pub(crate) fn tag(&self) -> u32 {
-        // SAFETY: a started request, held by the timeout handler.
-        unsafe { self.raw_tag() }
-    }
-
-    /// The command identifier the core gave the request's command (`nvme_cid`).
-    pub(crate) fn command_id(&self) -> u16 {
-        // SAFETY: as above; the identifier's generation changes only when a response is
-        // recorded, and a stale one only makes the log line name the previous generation.
-        unsafe { bindings::rsrdma_nvme_cid(self.ptr()) }
-    }
-
-    /// Ends the request as timed out, unless it already ended
-    /// (`nvmf_complete_timed_out_request`).
-    pub(crate) fn complete(self) {
-        // SAFETY: a started request, held by the timeout handler; the core completes it only
-        // if it has not completed.
-        unsafe { bindings::rsrdma_nvmf_complete_timed_out_request(self.ptr()) }
-    }
-}
-
-/// A started request of a set being walked, held by the walk for the call (see
-/// [`ReadySet::busy_iter`]).
-pub(crate) struct BusyRq<'a, T: Pdu>(Rq<'a, T>);
-
-impl<T: Pdu> BusyRq<'_, T> {
-    /// Has blk-mq run the timeout handler now for the request (`blk_abort_request`).
-    pub(crate) fn abort(&self) {
-        // SAFETY: a started request, held by the walk; the call moves its deadline and kicks
-        // its queue's timeout work.
-        unsafe { bindings::blk_abort_request(self.ptr()) }
-    }
-}
-
-/// A hardware context whose driver data is a `D`, live for `'a`.
-pub(crate) struct Hctx<'a, D> {
-    ptr: NonNull<bindings::blk_mq_hw_ctx>,
-    _data: PhantomData<&'a D>,
-}
-
-impl<'a, D> Hctx<'a, D> {
-    /// # Safety
-    ///
-    /// `ptr` is a live hardware context whose driver data [`Hctx::init`] set to a `D` that
-    /// outlives `'a`, and so does the context.
-    pub(crate) unsafe fn from_raw(ptr: *mut bindings::blk_mq_hw_ctx) -> Self {
-        Self {
-            // SAFETY: a hardware context, per the contract, is not null.
-            ptr: unsafe { NonNull::new_unchecked(ptr) },
-            _data: PhantomData,
-        }
-    }
-
-    /// Sets the driver data of a hardware context blk-mq is initializing (`init_hctx`).
-    ///
-    /// # Safety
-    ///
-    /// `ptr` is that context, and `data` outlives it.
-    pub(crate) unsafe fn init(ptr: *mut bindings::blk_mq_hw_ctx, data: &D) {
-        // SAFETY: per the contract; nothing else reads the field before `init_hctx` returns.
-        unsafe { (*ptr).driver_data = data as *const D as *mut c_void };
-    }
-
-    /// The context's driver data.
-    pub(crate) fn data(&self) -> &'a D {
-        // SAFETY: set by `init` to a `D` that outlives `'a` (see `from_raw`).
-        unsafe { &*((*self.ptr.as_ptr()).driver_data as *const D) }
-    }
-}
-
-/// Which of the controller's two tag sets a [`TagSet`] is.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SetKind {
-    Admin,
-    /// The I/O set, with its number of queue maps (default, read, poll).
-    Io {
-        nr_maps: u32,
-    },
-}
-
-/// A blk-mq tag set embedded in the controller, whose requests carry a `T` (see the module's
-/// documentation).
-#[pin_data]
-pub(crate) struct TagSet<T: Pdu> {
-    #[pin]
-    set: Opaque<bindings::blk_mq_tag_set>,
-    /// The controller the set is allocated for, while it is; held across allocation, change
-    /// and removal, which it serializes.
-    #[pin]
-    owner: Mutex<Option<nvme::Ctrl>>,
-    /// Set (Release) once the set is allocated; cleared, and the readers waited for, before it
-    /// is removed or its tags are reallocated.
-    ready: AtomicBool,
-    kind: SetKind,
-    _pdu: PhantomData<T>,
-}
-
-impl<T: Pdu> TagSet<T> {
-    /// A zeroed set, not allocated, as the core's allocation expects it.
-    pub(crate) fn new(kind: SetKind) -> impl PinInit<Self> {
-        pin_init!(Self {
-            // SAFETY: zero is the state the core's allocation starts from.
-            set <- Opaque::ffi_init(|t: *mut bindings::blk_mq_tag_set| unsafe { t.write_bytes(0, 1) }),
-            owner <- kernel::new_mutex!(None),
-            ready: AtomicBool::new(false),
-            kind,
-            _pdu: PhantomData,
-        })
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut bindings::blk_mq_tag_set {
-        self.set.get()
-    }
-
-    /// Allocates the set for `ctrl` (`nvme_alloc_admin_tag_set` or `nvme_alloc_io_tag_set`),
-    /// with PDUs of `T`, and opens it to readers. Returns what the core returns (an errno or
-    /// an NVMe status); `EBUSY` if the set is allocated already.
-    ///
-    /// # Safety
-    ///
-    /// `ops` handle requests whose PDU is a `T`: their `init_request` initializes it.
-    pub(crate) unsafe fn alloc(&self, ctrl: nvme::Ctrl, ops: &'static bindings::blk_mq_ops) -> i32 {
-        let mut owner = self.owner.lock();
-        if owner.is_some() {
-            return EBUSY.to_errno();
-        }
-        let size = core::mem::size_of::<T>() as u32;
-        // SAFETY: a live controller, and this set, not allocated (the core's allocation
-        // zeroes it first); `ops` is static and handles PDUs of `size` bytes (per the
-        // contract).
-        let ret = unsafe {
-            match self.kind {
-                SetKind::Admin => {
-                    bindings::nvme_alloc_admin_tag_set(ctrl.as_ptr(), self.as_ptr(), ops, size)
+    let tag = rq.tag();
+    let (send_data, pages) = match data {
+        Data::None => (SendData::None, false),
+        Data::Pool(slice) => match ctrl.reg(rcu) {
+            Some(reg) => (
+                SendData::Region {
+                    region: reg.region(),
+                    offset: slice.offset,
+                    len: slice.len,
+                },
+                false,
+            ),
+            None => {
+                if qid != 0 {
+                    conn.return_credit();
                 }
-                SetKind::Io { nr_maps } => bindings::nvme_alloc_io_tag_set(
-                    ctrl.as_ptr(),
-                    self.as_ptr(),
-                    ops,
-                    nr_maps,
-                    size,
-                ),
+                return Err((rq, errno::ENOTCONN()));
             }
-        };
-        if ret == 0 {
-            *owner = Some(ctrl);
-            self.ready.store(true, Ordering::Release);
-        }
-        ret
-    }
-
-    /// Closes the set to readers, waits for those already reading, and removes it
-    /// (`nvme_remove_*_tag_set`), if it is allocated. Sleeps.
-    pub(crate) fn remove(&self) {
-        let mut owner = self.owner.lock();
-        let Some(ctrl) = owner.take() else {
-            return;
-        };
-        self.ready.store(false, Ordering::Relaxed);
-        sync::synchronize_rcu();
-        // SAFETY: the set was allocated for `ctrl`, which is alive while its sets are, and no
-        // reader is left in it.
-        unsafe {
-            match self.kind {
-                SetKind::Admin => bindings::nvme_remove_admin_tag_set(ctrl.as_ptr()),
-                SetKind::Io { .. } => bindings::nvme_remove_io_tag_set(ctrl.as_ptr()),
+        },
+        Data::Pages(maps) => (SendData::Pages(maps), true),
+    };
+    let sub = rq.arm(pages);
+    // The command's send buffer is its tag's (checked by `map_command`), which belongs to this
+    // request while it is in flight.
+    match queue.post_command(conn, &sqe, Some(tag), send_data, tag) {
+        Ok(()) => Ok((sub, len, is_write)),
+        Err(e) => {
+            if qid != 0 {
+                conn.return_credit();
             }
+            Err((sub.reclaim(), e))
         }
     }
+}
 
-    /// Sets the number of the set's hardware queues (`blk_mq_update_nr_hw_queues`), which
-    /// reallocates its tags, with the set closed to readers; nothing if it is not allocated.
-    /// Sleeps.
-    pub(crate) fn update_nr_hw_queues(&self, nr: u32) {
-        let owner = self.owner.lock();
-        if owner.is_none() {
-            return;
+/// Prepares the command of a request to be sent: gives its data a pool slice (copying a
+/// write's data in) or, for in-capsule data, maps its own pages; and gives the command its SGL
+/// descriptor. Returns the command and where its in-capsule data is, if any.
+fn map_command(
+    ctrl: &Ctrl,
+    queue: &Queue,
+    conn: &Conn,
+    rq: &OwnedReq<'_>,
+    len: u32,
+    is_write: bool,
+    rcu: &Rcu,
+) -> Result<([u8; SQE_SIZE], Data)> {
+    let qid = queue.qid();
+    let req = rq.pdu();
+    let tag = rq.tag();
+    if tag >= queue.ring_depth() {
+        return Err(EINVAL);
+    }
+    let mut sqe = rq.sqe();
+    req.set_data(None);
+
+    let in_capsule = || {
+        InlineSgl {
+            offset: u64::from(ctrl.core().icdoff()),
+            len,
         }
-        self.ready.store(false, Ordering::Relaxed);
-        sync::synchronize_rcu();
-        // SAFETY: an allocated set, with no reader in it; blk-mq freezes its queues itself.
-        unsafe { bindings::blk_mq_update_nr_hw_queues(self.as_ptr(), nr as i32) };
-        self.ready.store(true, Ordering::Release);
-    }
-
-    /// The set, if it is allocated and open to readers; its tags and the requests in flight
-    /// in them stay allocated while `_rcu` is held.
-    pub(crate) fn ready<'a>(&'a self, _rcu: &'a RcuReadGuard) -> Option<ReadySet<'a, T>> {
-        // Acquire: pairs with the Release that opened the set after its allocation.
-        self.ready
-            .load(Ordering::Acquire)
-            .then_some(ReadySet { set: self })
-    }
-
-    /// The number of the set's hardware queues, if it is allocated.
-    pub(crate) fn nr_hw_queues(&self) -> Option<u32> {
-        Some(self.ready(&RcuReadGuard::new())?.nr_hw_queues())
-    }
-}
-
-/// An allocated tag set whose tags are neither reallocated nor freed for `'a` (see
-/// [`TagSet::ready`]).
-pub(crate) struct ReadySet<'a, T: Pdu> {
-    set: &'a TagSet<T>,
-}
-
-impl<'a, T: Pdu> ReadySet<'a, T> {
-    pub(crate) fn nr_hw_queues(&self) -> u32 {
-        // SAFETY: an allocated set, not being changed (see `TagSet::update_nr_hw_queues`).
-        unsafe { (*self.set.as_ptr()).nr_hw_queues }
-    }
-
-    /// The tags of hardware queue `hctx`, if the set has it.
-    pub(crate) fn tags(&self, hctx: u32) -> Option<Tags<'a, T>> {
-        if hctx >= self.nr_hw_queues() {
-            return None;
+        .encode()
+    };
+    let mut data = Data::None;
+    let desc = if len == 0 {
+        KeyedSgl::default().encode()
+    } else if let Some(maps) = own_pages(ctrl, queue, conn, rq, len, is_write) {
+        data = Data::Pages(maps);
+        Some(in_capsule())
+    } else {
+        // The controller's set-up work registers the pool before any command is sent and
+        // removes it only after every queue was stopped.
+        let reg = ctrl.reg(rcu).ok_or(errno::ENOTCONN())?;
+        let slice_of = ctrl.pool().alloc(qid, tag, len).ok_or(EAGAIN)?;
+        req.set_data(Some(slice_of));
+        let slice = slice_of.slice;
+        if is_write {
+            rq.copy_to(ctrl.pool().mem(), slice.offset, slice.len)?;
         }
-        // SAFETY: an allocated set has one entry in `tags` per hardware queue, which stays
-        // allocated while the set is ready.
-        let tags = unsafe { *(*self.set.as_ptr()).tags.add(hctx as usize) };
-        Some(Tags {
-            ptr: NonNull::new(tags)?,
-            _pdu: PhantomData,
-        })
-    }
-
-    /// Calls `f` for each started request of the set (`blk_mq_tagset_busy_iter`), which the
-    /// walk holds for the call. `f` runs inside the RCU read-side section the set is ready in:
-    /// it must not sleep (the kernel's atomic-sleep check reports it if it does).
-    pub(crate) fn busy_iter<F: FnMut(BusyRq<'_, T>)>(&self, mut f: F) {
-        /// # Safety
-        ///
-        /// `rq` is a started request of the walked set, held by the walk; `data` the closure
-        /// `busy_iter` passes.
-        unsafe extern "C" fn visit<T: Pdu, F: FnMut(BusyRq<'_, T>)>(
-            rq: *mut bindings::request,
-            data: *mut c_void,
-        ) -> bool {
-            // SAFETY: per the function's contract; the set's PDU is a `T`.
-            unsafe { (*(data as *mut F))(BusyRq(Rq::from_raw(rq))) };
-            true
+        // The device owns the slice until the response: it reads a write's data, it writes
+        // a read's (a no-op with coherent DMA or soft-RoCE).
+        reg.sync_for_device(slice);
+        let addr = reg.iova(slice.offset);
+        if is_write && ctrl.inline_fits(qid, len) && !slice_of.large {
+            data = Data::Pool(slice);
+            dbg_event!(
+                Io,
+                ctrl.core(),
+                "queue {} tag {}: {} bytes in capsule, copied",
+                qid,
+                tag,
+                len
+            );
+            Some(in_capsule())
+        } else {
+            let key = reg.region().rkey();
+            dbg_event!(
+                Io,
+                ctrl.core(),
+                "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} ({})",
+                qid,
+                tag,
+                addr,
+                len,
+                key,
+                if slice_of.large { "large area" } else { "slot" }
+            );
+            KeyedSgl {
+                addr,
+                len,
+                key,
+                invalidate: false,
+            }
+            .encode()
         }
-        let data = &mut f as *mut F as *mut c_void;
-        // SAFETY: an allocated set whose tags are not reallocated or freed during the walk;
-        // `data` is the closure `visit::<T, F>` expects, alive for the walk.
-        unsafe { bindings::blk_mq_tagset_busy_iter(self.set.as_ptr(), Some(visit::<T, F>), data) };
+    };
+    capsule::set_sgl(&mut sqe, &desc.ok_or(EINVAL)?);
+    Ok((sqe, data))
+}
+
+/// Maps the pages of a write whose data goes in the capsule, to send them as they are: a
+/// copy into the pool would cost more than the send's completion, which the mapping needs
+/// (see [`SendData::Pages`]). The data must be in no more ranges (bvecs) than the send has
+/// SGEs for (as many as the C driver's; 4 KiB of data aligned to the NVMe core's 4 KiB
+/// virtual boundary is never more than two). `None` to go through the pool instead.
+fn own_pages(
+    ctrl: &Ctrl,
+    queue: &Queue,
+    conn: &Conn,
+    rq: &OwnedReq<'_>,
+    len: u32,
+    is_write: bool,
+) -> Option<PageMaps> {
+    if !is_write || !ctrl.inline_fits(queue.qid(), len) {
+        return None;
+    }
+    let ranges = rq.ranges::<MAX_PAGE_RANGES>()?;
+    let total: u64 = ranges.get().map(|r| u64::from(r.len())).sum();
+    // Refused when the device gives a send fewer SGEs than the ranges need: the pool then.
+    if total != u64::from(len) || ranges.len() > conn.qp().data_sges() {
+        return None;
+    }
+    let dev = conn.qp().pd().device();
+    let maps = PageMaps::map(dev, ranges.get()).ok()?;
+    dbg_event!(
+        Io,
+        ctrl.core(),
+        "queue {} tag {}: {} bytes in capsule, from its pages in {} range{}",
+        queue.qid(),
+        rq.tag(),
+        len,
+        ranges.len(),
+        if ranges.len() == 1 { "" } else { "s" }
+    );
+    Some(maps)
+}
+
+/// The queue a large transfer's command goes on instead of its own: the controller's next I/O
+/// queue in turn, when that is another queue than its own. One submitter's stream then keeps
+/// several QPs busy instead of one (soft-RoCE, like an adapter, works through each QP in
+/// order). The command keeps its own pool slice, goes as inline data (so that QP never refers
+/// to this queue's buffers) and gets an identifier unique on the other queue (see
+/// `proto::spread`), written into `sqe`; it takes one of that queue's credits, and may hold at
+/// most half of them, so the queue's own commands find room. `None` when it stays on its own
+/// queue.
+fn spread<'a>(
+    ctrl: &'a Ctrl,
+    queue: &Queue,
+    req: &Request,
+    sqe: &mut [u8; SQE_SIZE],
+    rcu: &'a Rcu,
+) -> Option<(&'a Queue, &'a Conn)> {
+    if queue.qid() == 0 {
+        return None;
+    }
+    let sp = ctrl.spread()?;
+    let other = ctrl.next_spread_queue(sp)?;
+    // Not on a queue whose connection was reported lost while connecting: its commands in
+    // flight were aborted then, a command sent now would wait out its timeout.
+    if other.qid() == queue.qid() || !other.is_live() || !other.connected() {
+        return None;
+    }
+    let conn = other.conn(rcu)?;
+    if !conn.inline_capsules() {
+        return None;
+    }
+    let cid = capsule::command_id(sqe);
+    let wire = sp.encode(queue.qid(), cid)?;
+    if !conn.take_credit(conn.credits() / 2) {
+        return None;
+    }
+    sqe[2..4].copy_from_slice(&wire.to_le_bytes());
+    req.sent_on.store(other.qid(), Ordering::Relaxed);
+    dbg_event!(
+        Io,
+        ctrl.core(),
+        "queue {}: command_id {:#x} sent on queue {} as {:#x}",
+        queue.qid(),
+        cid,
+        other.qid(),
+        wire
+    );
+    Some((other, conn))
+}
+
+/// Releases a request's data slice, copying read data out first when the command succeeded.
+fn unmap_data(ctrl: &Ctrl, qid: u16, rq: &OwnedReq<'_>, copy_out: bool) {
+    let Some(data) = rq.pdu().take_data() else {
+        return;
+    };
+    if copy_out {
+        let rcu = RcuReadGuard::new();
+        // The pool registration outlives every in-flight request (the set-up registers it
+        // before any command, teardown removes it after the queues were stopped).
+        if let Some(reg) = ctrl.reg(&rcu) {
+            reg.sync_for_cpu(data.slice);
+        }
+        drop(rcu);
+        if rq
+            .copy_from(ctrl.pool().mem(), data.slice.offset, data.slice.len)
+            .is_err()
+        {
+            log_err!(ctrl.core(), "queue {}: read data not copied out", qid);
+        }
+    }
+    ctrl.pool().free(qid, data);
+}
+
+/// `blk_mq_ops::queue_rq`.
+pub(crate) fn queue_rq(ctrl: &Ctrl, queue: &Queue, rq: OwnedReq<'_>, rcu: &Rcu) -> BlkStatus {
+    let nvme = ctrl.core();
+    if !rq.check_ready(nvme, queue.is_live()) {
+        return rq.fail_nonready(nvme);
+    }
+    let conn = match queue.conn(rcu) {
+        // While the controller is connecting, the core lets Connect and authentication
+        // commands through on a queue that is not live; one whose connection is gone (stopped
+        // or reported lost) cannot carry them, and failing them now spares the core's retries
+        // a wait for their timeouts.
+        Some(conn) if queue.connected() || nvme.state() == State::Live => conn,
+        _ => return rq.host_path_error(),
+    };
+    let ret = rq.setup_cmd();
+    if ret != BlkStatus::OK {
+        return ret;
+    }
+    // Where it goes, for the abort walk (see `abort_sent_on`) once it is started; `spread`
+    // may name another queue before sending it.
+    rq.pdu().sent_on.store(queue.qid(), Ordering::Relaxed);
+    rq.start();
+
+    match submit(ctrl, queue, conn, rq, rcu) {
+        Ok((sub, len, write)) => {
+            queue.stats().sent(len, write);
+            // Its share ended: the request is ours again if the response (and the send's
+            // completion) came meanwhile.
+            if let Some(rq) = sub.sent() {
+                finish(ctrl, rq);
+            }
+            BlkStatus::OK
+        }
+        Err((rq, e)) => {
+            unmap_data(ctrl, queue.qid(), &rq, false);
+            if e == EAGAIN || e == ENOMEM {
+                // The large area or the send queue is full: blk-mq retries when I/O
+                // completes.
+                rq.cleanup_cmd();
+                return BlkStatus::RESOURCE;
+            }
+            if e == EINVAL {
+                log_err!(nvme, "queue {}: cannot map request", queue.qid());
+                rq.cleanup_cmd();
+                return BlkStatus::IOERR;
+            }
+            // The queue is going away: complete with a path error so the core retries or
+            // fails over, and let error recovery rebuild the queue. A spread command names
+            // the queue it was posted on, the one that failed.
+            ctrl.error_recovery(format_args!(
+                "posting to queue {} failed ({:?})",
+                rq.pdu().sent_on.load(Ordering::Relaxed),
+                e
+            ));
+            rq.host_path_error()
+        }
     }
 }
 
-/// The tags of one hardware queue of a ready tag set whose PDU is a `T` (see
-/// [`ReadySet::tags`]).
-pub(crate) struct Tags<'a, T: Pdu> {
-    ptr: NonNull<bindings::blk_mq_tags>,
-    _pdu: PhantomData<&'a T>,
+/// Completes a request: copies read data out of the pool, frees its slice, ends it. Every
+/// end of a request that `queue_rq` accepted comes here: its response's, a cancellation
+/// (the queue drained first), the timeout handler's.
+pub(crate) fn complete(ctrl: &Ctrl, rq: OwnedReq<'_>) {
+    let queue = rq.pdu().queue(ctrl);
+    let ok = rq.nvme_status() == 0;
+    unmap_data(ctrl, queue.qid(), &rq, ok && !rq.is_write());
+    queue.stats().completed(ok);
+    rq.complete();
 }
 
-impl<'a, T: Pdu> Tags<'a, T> {
-    /// The request that command identifier `cid` names, if its tag is in use: the core checks
-    /// the tag's range and the identifier's generation (`nvme_find_rq`).
-    ///
-    /// A request in flight stays allocated for `'a`. A stray identifier can name a tag whose
-    /// request came from the I/O scheduler's tags, which a scheduler change frees: the C
-    /// drivers share that window, and only a misbehaving target opens it.
-    pub(crate) fn find(&self, cid: u16) -> Option<Rq<'a, T>> {
-        // SAFETY: the tags of a ready set (see `ReadySet::tags`).
-        let rq = unsafe { bindings::rsrdma_nvme_find_rq(self.ptr.as_ptr(), cid) };
-        // SAFETY: a request of the set, whose PDU is a `T`; allocated as said above.
-        (!rq.is_null()).then(|| unsafe { Rq::from_raw(rq) })
+/// `blk_mq_ops::timeout`.
+pub(crate) fn timeout(ctrl: &Ctrl, rq: TimedOutRq<'_, Request>) -> TimeoutAction {
+    let req = rq.pdu();
+    let queue = req.queue(ctrl);
+    let sqe = rq.sqe();
+    // A spread command went out on another queue: that is where its response would come.
+    let sent_on = ctrl
+        .try_queue(req.sent_on.load(Ordering::Relaxed))
+        .filter(|q| q.qid() != queue.qid());
+    let lost = sent_on.unwrap_or(queue).lost();
+    log_warn!(
+        ctrl.core(),
+        "I/O tag {} ({:04x}) opcode {:#x} ({}) QID {} {}{}",
+        rq.tag(),
+        rq.command_id(),
+        capsule::opcode(&sqe),
+        capsule::command_name(queue.qid() == 0, &sqe),
+        queue.qid(),
+        if lost {
+            "aborted: connection lost"
+        } else {
+            "timeout"
+        },
+        SentOn(sent_on.map(Queue::qid))
+    );
+
+    if ctrl.core().state() != State::Live {
+        // Resetting, connecting or deleting: complete it now, it may be blocking the teardown
+        // or set-up sequence (connect, enable, identify...). Stopping the queue it went out on
+        // keeps a late response from completing it a second time. `queue_rq` no longer holds
+        // the request (see `queue_rq`): the abort walk waits for an RCU grace period first (see
+        // `Queue::report_while_connecting`), and a timer cannot expire within `queue_rq`.
+        queue.stop();
+        if let Some(q) = sent_on {
+            q.stop();
+        }
+        rq.complete();
+        return TimeoutAction::Done;
     }
+    ctrl.error_recovery(format_args!("command timeout on queue {}", queue.qid()));
+    TimeoutAction::ResetTimer
 }
 
-/// A request's data as ranges, at most `N` (see [`OwnedRq::ranges`]).
-pub(crate) struct Ranges<const N: usize> {
-    ranges: [PageRange; N],
-    n: usize,
+/// Has the timeout handler run now for every started request whose command went out on queue
+/// `qid`; returns how many there were, or `None` if the queue's tag set is not ready.
+pub(crate) fn abort_sent_on(ctrl: &Ctrl, qid: u16) -> Option<u32> {
+    let rcu = RcuReadGuard::new();
+    let set = ctrl.tag_set_of(qid).ready(&rcu)?;
+    let mut count = 0;
+    // The walk completes nothing itself: the timeout handler runs later, in its own work.
+    set.busy_iter(|rq| {
+        if rq.pdu().sent_on.load(Ordering::Relaxed) == qid {
+            rq.abort();
+            count += 1;
+        }
+    });
+    Some(count)
 }
 
-impl<const N: usize> core::ops::Deref for Ranges<N> {
-    type Target = [PageRange];
+/// " (sent on QID n)" for a command sent on another queue than its own, else nothing.
+struct SentOn(Option<u16>);
 
-    fn deref(&self) -> &[PageRange] {
-        &self.ranges[..self.n]
+impl core::fmt::Display for SentOn {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0 {
+            Some(qid) => write!(f, " (sent on QID {qid})"),
+            None => Ok(()),
+        }
     }
 }

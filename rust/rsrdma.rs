@@ -3,34 +3,54 @@
 //! nvme_rsrdma: an NVMe over RDMA host transport written in Rust.
 //!
 //! The transport registers with the NVMe fabrics core as `rsrdma` (or as `rdma` with
-//! `dropin=1`) and with the RDMA core as an `ib_client`.
+//! `dropin=1`) and with the RDMA core as a client.
+//!
+//! Two tiers, as `drivers/block/rnull.rs` sits on `rust/kernel/block/mq/`: the wrapper tier
+//! ([`wrap`]) holds every binding, C callback and `unsafe` block, behind safe types; the driver
+//! modules below it are safe Rust, which the compiler keeps that way (`unsafe_code` is
+//! forbidden in each). Pure logic is in `proto`, shared with the host unit tests.
 
 #![recursion_limit = "256"]
 
 use kernel::c_str;
 use kernel::prelude::*;
 
-mod bindings;
-mod ctrl;
-mod errno;
-mod glue;
-mod mq;
-mod nvme;
-mod options;
-mod pool;
+// The pure logic is a public library on the host (`tests/host`), hence its `pub` items.
 #[path = "proto/mod.rs"]
-#[allow(dead_code, unreachable_pub)]
+#[allow(unreachable_pub)]
 mod proto;
-mod queue;
-mod rdma;
-mod registration;
-mod request;
-mod stats;
-mod sync;
-mod work;
+mod wrap;
 
-use glue::log_info;
-use registration::{ClientRegistration, Registry, TransportRegistration};
+#[forbid(unsafe_code)]
+mod client;
+#[forbid(unsafe_code)]
+mod clock;
+#[forbid(unsafe_code)]
+mod ctrl;
+#[forbid(unsafe_code)]
+mod devices;
+#[forbid(unsafe_code)]
+mod options;
+#[forbid(unsafe_code)]
+mod pool;
+#[forbid(unsafe_code)]
+mod queue;
+#[forbid(unsafe_code)]
+mod registry;
+#[forbid(unsafe_code)]
+mod request;
+#[forbid(unsafe_code)]
+mod stats;
+#[forbid(unsafe_code)]
+mod stats_file;
+#[forbid(unsafe_code)]
+mod transport;
+
+use crate::client::Watches;
+use crate::devices::Devices;
+use crate::registry::Registry;
+use crate::wrap::log::{log_err, log_info, Prefix};
+use crate::wrap::params;
 
 module! {
     type: RsRdma,
@@ -42,64 +62,66 @@ module! {
 }
 
 struct RsRdma {
-    transport: Option<Pin<KBox<TransportRegistration>>>,
-    client: Option<Pin<KBox<ClientRegistration>>>,
-    registry: Pin<KBox<Registry>>,
+    transport: Option<Pin<KBox<transport::Registration>>>,
+    client: Option<Pin<KBox<client::Registration>>>,
+}
+
+/// Withdraws what module init published, last first.
+fn withdraw_all() {
+    Devices::withdraw();
+    Watches::withdraw();
+    Registry::withdraw();
 }
 
 impl kernel::Module for RsRdma {
-    fn init(module: &'static ThisModule) -> Result<Self> {
-        let name = if glue::dropin() {
-            c_str!("rdma")
-        } else {
-            c_str!("rsrdma")
-        };
-        if glue::dropin() && glue::module_present(c_str!("nvme_rdma")) {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let name = transport::name();
+        if params::dropin() && params::module_present(c_str!("nvme_rdma")) {
             // The fabrics core would pick whichever registered "rdma" first: refuse to shadow
             // the C transport silently.
-            glue::log_err!(
-                core::ptr::null(),
+            log_err!(
+                Prefix::NONE,
                 "dropin=1: the C nvme_rdma transport is loaded and owns \"rdma\"; unload it first"
             );
             return Err(EBUSY);
         }
-        log_info!(core::ptr::null(), "loading, transport \"{}\"", name);
-        let registry = KBox::pin_init(Registry::new(name, module), GFP_KERNEL)?;
-        registry.as_ref().publish();
-        let client = KBox::pin_init(ClientRegistration::new(), GFP_KERNEL)
-            .inspect_err(|_| registry.unpublish())?;
-        let transport = match KBox::pin_init(TransportRegistration::new(name, module), GFP_KERNEL) {
+        log_info!(Prefix::NONE, "loading, transport \"{}\"", name);
+        let published = Registry::publish()
+            .and_then(|()| Watches::publish())
+            .and_then(|()| Devices::publish());
+        if let Err(e) = published {
+            withdraw_all();
+            return Err(e);
+        }
+        let client =
+            KBox::pin_init(client::register(), GFP_KERNEL).inspect_err(|_| withdraw_all())?;
+        let transport = match KBox::pin_init(transport::register(), GFP_KERNEL) {
             Ok(t) => t,
             Err(e) => {
-                // The client first: its device removal needs the registry to unregister the
-                // port event handlers.
+                // The client first: its device removal needs the registry and the devices.
                 drop(client);
-                registry.unpublish();
+                withdraw_all();
                 return Err(e);
             }
         };
-        log_info!(
-            core::ptr::null(),
-            "fabrics transport \"{}\" registered",
-            name
-        );
+        log_info!(Prefix::NONE, "fabrics transport \"{}\" registered", name);
         Ok(RsRdma {
             transport: Some(transport),
             client: Some(client),
-            registry,
         })
     }
 }
 
 impl Drop for RsRdma {
     fn drop(&mut self) {
-        log_info!(core::ptr::null(), "unloading");
+        log_info!(Prefix::NONE, "unloading");
         // No new controllers, then delete the existing ones, then stop hearing about devices.
         drop(self.transport.take());
-        self.registry.delete_all();
+        if let Some(reg) = Registry::get() {
+            reg.delete_all();
+        }
         drop(self.client.take());
-        self.registry.release_all_parked();
-        self.registry.unpublish();
-        log_info!(core::ptr::null(), "unloaded");
+        withdraw_all();
+        log_info!(Prefix::NONE, "unloaded");
     }
 }

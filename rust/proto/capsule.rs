@@ -27,6 +27,9 @@ pub const NVME_CMD_SGL_METABUF: u8 = 1 << 6;
 /// Opcode of every fabrics command, on admin and I/O queues alike.
 pub const NVME_FABRICS_COMMAND: u8 = 0x7f;
 
+/// Opcode of the Asynchronous Event Request admin command.
+pub const NVME_ADMIN_ASYNC_EVENT: u8 = 0x0c;
+
 /// Offset of the data pointer (SGL descriptor 1) in the SQE.
 const DPTR_OFFSET: usize = 24;
 
@@ -128,21 +131,25 @@ impl Cqe {
         }
     }
 
+    #[cfg(test)]
     /// Status code.
     pub fn sc(&self) -> u8 {
         (self.status & 0xff) as u8
     }
 
+    #[cfg(test)]
     /// Status code type.
     pub fn sct(&self) -> u8 {
         ((self.status >> 8) & 0x7) as u8
     }
 
+    #[cfg(test)]
     /// Do not retry: the command would fail again if retried.
     pub fn dnr(&self) -> bool {
         self.status & (1 << 14) != 0
     }
 
+    #[cfg(test)]
     /// True if the command succeeded (status code type and status code are
     /// both zero; the retry delay, more and DNR bits are ignored).
     pub fn is_ok(&self) -> bool {

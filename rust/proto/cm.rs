@@ -89,6 +89,7 @@ fn two_fields(data: &[u8]) -> Option<(u16, u16)> {
     }
 }
 
+#[cfg(test)]
 /// Private data of the target's accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmReply {
@@ -98,6 +99,7 @@ pub struct CmReply {
     pub crqsize: u16,
 }
 
+#[cfg(test)]
 impl CmReply {
     /// Decodes accept private data; `None` if shorter than 4 bytes. Bytes
     /// past the first 4 are reserved and ignored.

@@ -234,6 +234,7 @@ impl PoolLayout {
         self.chunk_size
     }
 
+    #[cfg(test)]
     /// Number of queues, admin queue included.
     pub fn nr_queues(&self) -> u16 {
         self.nr_queues
@@ -532,6 +533,7 @@ impl Buddy {
         Some(buddy)
     }
 
+    #[cfg(test)]
     /// Size of the block that [`Buddy::alloc`] uses for `len` bytes: `len`
     /// rounded up to a power-of-two number of granules. `None` if `len` is
     /// 0 or no block can be that large. After everything is freed, an area
@@ -661,6 +663,7 @@ impl Buddy {
         self.high_water
     }
 
+    #[cfg(test)]
     /// Size of the largest free block, 0 if none.
     pub fn largest_free(&self) -> u64 {
         (0..=BUDDY_MAX_ORDER)

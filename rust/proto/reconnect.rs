@@ -197,6 +197,7 @@ impl Reconnect {
     }
 
     /// Time since the link loss (0 if the clock is before it).
+    #[cfg(test)]
     pub fn elapsed_ms(&self, now_ms: u64) -> u64 {
         now_ms.saturating_sub(self.start_ms)
     }

@@ -77,6 +77,7 @@ impl KeyedSgl {
         ])
     }
 
+    #[cfg(test)]
     /// Decodes a keyed data block descriptor (address or invalidate
     /// subtype); `None` for any other descriptor type.
     pub fn decode(desc: &[u8; SGL_DESC_SIZE]) -> Option<Self> {
@@ -115,6 +116,7 @@ impl InlineSgl {
         [o0, o1, o2, o3, o4, o5, o6, o7, l0, l1, l2, l3, 0, 0, 0, id]
     }
 
+    #[cfg(test)]
     /// Decodes a data block descriptor with the offset subtype; `None` for
     /// any other descriptor type. Reserved bytes are ignored.
     pub fn decode(desc: &[u8; SGL_DESC_SIZE]) -> Option<Self> {

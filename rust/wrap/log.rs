@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Safe access to the C glue: log lines, dynamic debug classes and module parameters.
+//! Log lines and dynamic debug classes, through the C glue's call sites (6.12's `pr_debug!`
+//! is compiled out, and dynamic debug needs a C call site per class).
+//!
+//! C header: [`rust/glue.h`](srctree/../rust/glue.h) (`rsrdma_log`, `rsrdma_dbg_*`).
 
-use crate::bindings;
+use super::bindings;
 use core::fmt;
+use core::marker::PhantomData;
 
 /// Severity of a log line.
 #[derive(Clone, Copy)]
@@ -69,8 +73,47 @@ impl fmt::Write for LineBuf {
     }
 }
 
+/// Whose line it is: a controller's (prefixed with its device name) or the module's.
+///
+/// # Invariants
+///
+/// `ctrl` is null or a controller that is alive for `'a`.
+#[derive(Clone, Copy)]
+pub(crate) struct Prefix<'a> {
+    ctrl: *const bindings::nvme_ctrl,
+    _ctrl: PhantomData<&'a ()>,
+}
+
+impl Prefix<'_> {
+    /// A module-wide line, without a controller.
+    pub(crate) const NONE: Prefix<'static> = Prefix {
+        ctrl: core::ptr::null(),
+        _ctrl: PhantomData,
+    };
+
+    /// The line of the controller at `ctrl`.
+    ///
+    /// # Safety
+    ///
+    /// `ctrl` is alive for `'a`.
+    pub(in crate::wrap) unsafe fn from_raw<'a>(ctrl: *const bindings::nvme_ctrl) -> Prefix<'a> {
+        // INVARIANT: per the contract.
+        Prefix {
+            ctrl,
+            _ctrl: PhantomData,
+        }
+    }
+}
+
+impl<'a, P: Into<Prefix<'a>>> From<Option<P>> for Prefix<'a> {
+    fn from(p: Option<P>) -> Self {
+        p.map_or(Prefix::NONE, Into::into)
+    }
+}
+
 /// Prints a log line, prefixed with the controller's device name when there is one.
-pub(crate) fn log(ctrl: *const bindings::nvme_ctrl, level: Level, args: fmt::Arguments<'_>) {
+pub(crate) fn log(prefix: Prefix<'_>, level: Level, args: fmt::Arguments<'_>) {
+    let ctrl = prefix.ctrl;
     let level = match level {
         Level::Err => bindings::rsrdma_log_level_RSRDMA_LOG_ERR,
         Level::Warn => bindings::rsrdma_log_level_RSRDMA_LOG_WARN,
@@ -78,13 +121,14 @@ pub(crate) fn log(ctrl: *const bindings::nvme_ctrl, level: Level, args: fmt::Arg
     };
     let line = LineBuf::format(args);
     // SAFETY: `line` is NUL terminated and outlives the call; `ctrl` is null or a controller
-    // the caller keeps alive.
+    // alive for the call (`Prefix` invariant).
     unsafe { bindings::rsrdma_log(ctrl, level, line.as_char_ptr()) };
 }
 
 /// Emits a debug line through the dynamic debug call site of `class`. The line is formatted
 /// only when that call site is enabled.
-pub(crate) fn debug(ctrl: *const bindings::nvme_ctrl, class: DebugClass, args: fmt::Arguments<'_>) {
+pub(crate) fn debug(prefix: Prefix<'_>, class: DebugClass, args: fmt::Arguments<'_>) {
+    let ctrl = prefix.ctrl;
     let site = match class {
         DebugClass::Cm => bindings::rsrdma_dbg_cm,
         DebugClass::Queue => bindings::rsrdma_dbg_queue,
@@ -100,11 +144,11 @@ pub(crate) fn debug(ctrl: *const bindings::nvme_ctrl, class: DebugClass, args: f
     }
 }
 
-/// `log_info!(ctrl, "...", args)`: an info line for a controller (`core::ptr::null()` for
-/// module-wide events).
+/// `log_info!(ctrl, "...", args)`: an info line for a controller (anything that converts into a
+/// [`Prefix`]: a controller, `Option` of one, or [`Prefix::NONE`] for module-wide events).
 macro_rules! log_info {
     ($ctrl:expr, $($arg:tt)*) => {
-        $crate::glue::log($ctrl, $crate::glue::Level::Info, format_args!($($arg)*))
+        $crate::wrap::log::log($crate::wrap::log::Prefix::from($ctrl), $crate::wrap::log::Level::Info, format_args!($($arg)*))
     };
 }
 
@@ -112,14 +156,14 @@ macro_rules! log_info {
 #[allow(unused_macros)]
 macro_rules! log_warn {
     ($ctrl:expr, $($arg:tt)*) => {
-        $crate::glue::log($ctrl, $crate::glue::Level::Warn, format_args!($($arg)*))
+        $crate::wrap::log::log($crate::wrap::log::Prefix::from($ctrl), $crate::wrap::log::Level::Warn, format_args!($($arg)*))
     };
 }
 
 /// Like `log_info!`, at error level.
 macro_rules! log_err {
     ($ctrl:expr, $($arg:tt)*) => {
-        $crate::glue::log($ctrl, $crate::glue::Level::Err, format_args!($($arg)*))
+        $crate::wrap::log::log($crate::wrap::log::Prefix::from($ctrl), $crate::wrap::log::Level::Err, format_args!($($arg)*))
     };
 }
 
@@ -127,52 +171,9 @@ macro_rules! log_err {
 #[allow(unused_macros)]
 macro_rules! dbg_event {
     ($class:ident, $ctrl:expr, $($arg:tt)*) => {
-        $crate::glue::debug($ctrl, $crate::glue::DebugClass::$class, format_args!($($arg)*))
+        $crate::wrap::log::debug($crate::wrap::log::Prefix::from($ctrl), $crate::wrap::log::DebugClass::$class, format_args!($($arg)*))
     };
 }
 
 #[allow(unused_imports)]
 pub(crate) use {dbg_event, log_err, log_info, log_warn};
-
-/// Whether the module was loaded with `dropin=1` (register as "rdma").
-pub(crate) fn dropin() -> bool {
-    // SAFETY: a module parameter, read-only (0444) after load.
-    unsafe { bindings::rsrdma_dropin }
-}
-
-/// Whether kernel module `name` is loaded (or built in).
-pub(crate) fn module_present(name: &kernel::str::CStr) -> bool {
-    // SAFETY: a NUL-terminated name; the glue only looks the path up.
-    unsafe { bindings::rsrdma_module_present(name.as_char_ptr()) }
-}
-
-/// The per-tag slot size in bytes: `slot_kib` rounded up to a power of two, 512 bytes to 1 MiB.
-pub(crate) fn slot_bytes() -> u32 {
-    // SAFETY: a module parameter, read-only (0444) after load.
-    let kib = unsafe { bindings::rsrdma_slot_kib }.min(1024);
-    (kib * 1024).next_power_of_two().clamp(512, 1 << 20)
-}
-
-/// The size in bytes of a controller's I/O large area (`io_pool_mib`).
-pub(crate) fn io_pool_bytes() -> u64 {
-    // SAFETY: a module parameter, read-only (0444) after load.
-    u64::from(unsafe { bindings::rsrdma_io_pool_mib }) << 20
-}
-
-/// The number of I/O queues below which a controller gets dedicated write queues
-/// (`min_io_queues`).
-pub(crate) fn min_io_queues() -> u32 {
-    // SAFETY: a module parameter, writable through sysfs: read once, as a plain word.
-    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::rsrdma_min_io_queues)) }
-}
-
-/// The smallest transfer in bytes sent on other I/O queues than its own (`spread_kib`);
-/// `u32::MAX` when off.
-pub(crate) fn spread_bytes() -> u32 {
-    // SAFETY: a module parameter, writable through sysfs: read once, as a plain word.
-    let kib = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::rsrdma_spread_kib)) };
-    match kib {
-        0 => u32::MAX,
-        k => k.saturating_mul(1024),
-    }
-}

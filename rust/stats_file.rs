@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The debugfs view of a controller's statistics:
+//! `/sys/kernel/debug/nvme_rsrdma/<controller>/stats`, a snapshot of its state, device, pool
+//! and per-queue counters.
+
+use crate::ctrl::{Ctrl, RdmaCtrl};
+use crate::wrap::debugfs::{SeqFile, Show};
+use crate::wrap::nvme::CtrlRef;
+use core::sync::atomic::Ordering;
+
+/// A controller's file holds a reference to it (dropped with the file, at deletion).
+impl Show for CtrlRef<RdmaCtrl> {
+    fn show(&self, out: &mut SeqFile<'_>) {
+        show(out, self);
+    }
+}
+
+fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
+    let n = ctrl.core();
+    let now = kernel::time::Ktime::ktime_get().to_ms();
+    s.line(format_args!("state: {:?}", n.state()));
+    s.line(format_args!(
+        "device: {}",
+        ctrl.stats().device.lock().as_str()
+    ));
+    s.line(format_args!(
+        "queues: {} I/O + admin, depth {}",
+        n.queue_count().saturating_sub(1),
+        u32::from(n.sqsize()) + 1
+    ));
+    let pool = ctrl.pool();
+    let rkey = ctrl.rkey();
+    s.line(format_args!(
+        "pool: {} KiB, {}",
+        pool.total_size() >> 10,
+        if rkey != 0 {
+            "registered"
+        } else {
+            "not registered"
+        }
+    ));
+    s.line(format_args!("rkey: {:#x}", rkey));
+    let (slots, slots_high) = pool.slot_usage();
+    s.line(format_args!(
+        "pool slots in use: {} (high-water {})",
+        slots, slots_high
+    ));
+    let (large, large_high) = pool.io_large_usage();
+    s.line(format_args!(
+        "pool large area: {} KiB in use (high-water {} KiB), {} waits for room",
+        large >> 10,
+        large_high >> 10,
+        pool.large_failures()
+    ));
+    s.line(format_args!(
+        "reconnects: {}, last took {} ms",
+        ctrl.reconnects(),
+        ctrl.stats().last_reconnect_ms.load(Ordering::Relaxed)
+    ));
+    {
+        let e = ctrl.stats().last_error.lock();
+        if e.0.as_str().is_empty() {
+            s.line(format_args!("last error: none"));
+        } else {
+            s.line(format_args!(
+                "last error: {} ({} s ago)",
+                e.0.as_str(),
+                (now - e.1) / 1000
+            ));
+        }
+    }
+    s.line(format_args!(
+        "{:<5} {:<5} {:>10} {:>10} {:>10} {:>14} {:>14} {:>8} {:>8} {:>8}",
+        "queue",
+        "live",
+        "reads",
+        "writes",
+        "other",
+        "read bytes",
+        "write bytes",
+        "inflight",
+        "errors",
+        "spread"
+    ));
+    for qid in 0..n.queue_count() as u16 {
+        let Some(q) = ctrl.try_queue(qid) else { break };
+        let st = q.stats();
+        s.line(format_args!(
+            "{:<5} {:<5} {:>10} {:>10} {:>10} {:>14} {:>14} {:>8} {:>8} {:>8}",
+            qid,
+            if q.is_live() { "yes" } else { "no" },
+            st.reads.load(Ordering::Relaxed),
+            st.writes.load(Ordering::Relaxed),
+            st.others.load(Ordering::Relaxed),
+            st.read_bytes.load(Ordering::Relaxed),
+            st.write_bytes.load(Ordering::Relaxed),
+            st.inflight.load(Ordering::Relaxed),
+            st.errors.load(Ordering::Relaxed),
+            st.spread.load(Ordering::Relaxed),
+        ));
+    }
+}
