@@ -32,7 +32,7 @@ check() { # NAME CMD...: one KTAP case from CMD's status; its output as diagnost
 	fi
 }
 
-rust_sources=(rust/*.rs rust/proto/*.rs)
+rust_sources=(rust/*.rs rust/proto/*.rs rust/wrap/*.rs rust/wrap/*/*.rs)
 rust_sources=("${rust_sources[@]/rust\/bindings_generated.rs/}")
 rust_sources=("${rust_sources[@]/rust\/layout_generated.rs/}")
 

@@ -395,11 +395,11 @@ impl<Q: QpHandler> Qp<Q> {
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe as *const _ as *mut _;
-        // SAFETY: the QP exists (type invariant). The SGEs name the capsule (by CPU address
-        // when inline, copied before the call returns; else its send buffer, which the QP
-        // outlives), memory of a region through its key (checked by the device), or pages the
-        // QP holds until the send completes; the completion entry is the QP's own. The
-        // provider copies the work request before returning.
+        // What the SGEs name outlives the send: the capsule (copied at post time when inline),
+        // its send buffer (the QP's own), memory of a region (checked by the device against its
+        // key), or pages the QP holds until the completion; so does the completion entry.
+        // SAFETY: the QP exists (type invariant); the SGEs as said; the provider copies the
+        // work request before returning.
         let ret = to_result(unsafe { bindings::rsrdma_post_send(self.qp_ptr(), &wr) });
         if ret.is_err() && held {
             // Not posted: what it held is released now.
