@@ -13,7 +13,7 @@ use crate::clock::now_ms;
 use crate::devices;
 use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
-use crate::proto::pool::BUDDY_MAX_AREA;
+use crate::proto::buddy::BUDDY_MAX_AREA;
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
 use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};

@@ -9,9 +9,8 @@
 //! the pure logic of `proto::pool`.
 
 use crate::clock::now_ms;
-use crate::proto::pool::{
-    map_size, mr_page_size, Buddy, PoolLayout, PoolParams, QueueParams, Slice,
-};
+use crate::proto::buddy::Buddy;
+use crate::proto::pool::{map_size, mr_page_size, PoolLayout, PoolParams, QueueParams, Slice};
 use crate::wrap::log::{log_err, Prefix};
 use crate::wrap::mem::ChunkSet;
 use crate::wrap::rdma::{ChunkMaps, MemoryRegion, Pd};
@@ -146,7 +145,7 @@ impl Pool {
 
     /// Finds room for `len` bytes of data of tag `tag` on queue `qid`: the tag's own slot when
     /// it fits, else a block of the large area. `None` means "not now": the large area is full,
-    /// or held for a larger transfer that is waiting (see `proto::pool::Buddy`), and the request
+    /// or held for a larger transfer that is waiting (see `proto::buddy::Buddy`), and the request
     /// must be retried when some I/O completes.
     pub(crate) fn alloc(&self, qid: u16, tag: u32, len: u32) -> Option<DataSlice> {
         let region = self.layout.region(qid)?;

@@ -12,11 +12,13 @@
 //! - [`sgl`]: NVMe SGL descriptors (keyed and in-capsule).
 //! - [`capsule`]: command (SQE) and completion (CQE) capsule helpers.
 //! - [`cm`]: RDMA CM private data of the NVMe/RDMA transport binding.
-//! - [`pool`]: layout and slice allocator of the registered buffer pool.
+//! - [`pool`]: layout of the registered buffer pool and its slots.
+//! - [`buddy`]: the buddy allocator of the pool's large areas.
 //! - [`reconnect`]: the reconnect policy.
 //! - [`spread`]: command identifiers of commands sent on another queue than their own.
 
 pub mod addr;
+pub mod buddy;
 pub mod capsule;
 pub mod cm;
 pub mod pool;
