@@ -5,8 +5,6 @@
 //! every order, with a short reservation that keeps the largest transfer waiting from being
 //! starved by smaller ones.
 
-use super::pool::Slice;
-
 /// Granule of the buddy allocator: the smallest block, in bytes.
 pub const BUDDY_GRANULE: u64 = 4096;
 /// Largest number of granules in one buddy area.
@@ -15,6 +13,15 @@ pub const BUDDY_MAX_LEAVES: usize = 4096;
 pub const BUDDY_MAX_ORDER: u32 = BUDDY_MAX_LEAVES.trailing_zeros();
 /// Largest buddy area (16 MiB).
 pub const BUDDY_MAX_AREA: u64 = BUDDY_GRANULE << BUDDY_MAX_ORDER;
+
+/// A byte range of the pool (offsets from its start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slice {
+    /// Offset from the start of the pool.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
 
 /// Number of bits of all orders: `BUDDY_MAX_LEAVES >> order` for each order.
 const NODES: usize = 2 * BUDDY_MAX_LEAVES - 1;

@@ -46,6 +46,7 @@
 
 #[cfg(doc)]
 use super::buddy::Buddy;
+pub use super::buddy::Slice;
 use super::buddy::{BUDDY_GRANULE, BUDDY_MAX_AREA};
 
 /// Smallest chunk size.
@@ -59,14 +60,6 @@ pub const MAX_DEPTH: u32 = 4096;
 /// Smallest slot size.
 pub const MIN_SLOT_SIZE: u32 = 512;
 
-/// A byte range of the pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slice {
-    /// Offset from the start of the pool.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u32,
-}
 
 /// Sizes of the region of one queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
