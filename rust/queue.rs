@@ -883,11 +883,11 @@ impl Queue {
             ctrl.core()
                 .complete_async_event(u16::from_le_bytes([raw[14], raw[15]]), cqe.result);
         } else {
-            if self.qid != 0 {
-                // The response's credit, whatever becomes of it.
-                return_credit(qp.cq());
-            }
-            request::process_response(ctrl, self, &raw, wc.with_invalidate());
+            request::process_response(ctrl, self, &raw, wc.with_invalidate(), || {
+                if self.qid != 0 {
+                    return_credit(qp.cq());
+                }
+            });
         }
         let _ = self.post_recv(ctrl, qp, index);
     }

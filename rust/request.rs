@@ -116,8 +116,17 @@ fn end_share(ctrl: &Ctrl, rq: Req<'_>, share: Share) -> bool {
     true
 }
 
-/// Handles a response capsule received on `queue` (called from the receive completion).
-pub(crate) fn process_response(ctrl: &Ctrl, queue: &Queue, raw: &[u8; 16], invalidated: bool) {
+/// Handles a response capsule received on `queue` (called from the receive completion);
+/// `credit` returns the credit of the command it answers, before the command's request may
+/// end (so that blk-mq, which may dispatch at once, finds it). A response that answers no
+/// command in flight on the queue starts error recovery.
+pub(crate) fn process_response(
+    ctrl: &Ctrl,
+    queue: &Queue,
+    raw: &[u8; 16],
+    invalidated: bool,
+    credit: impl FnOnce(),
+) {
     let nvme = ctrl.core();
     let cqe = capsule::Cqe::decode(raw);
     // A command of this queue, or one of another I/O queue sent here (see `spread`).
@@ -167,6 +176,7 @@ pub(crate) fn process_response(ctrl: &Ctrl, queue: &Queue, raw: &[u8; 16], inval
         not_in_flight(ctrl, queue, cqe.command_id);
         return;
     }
+    credit();
     req.status
         .store(u16::from_le_bytes([raw[14], raw[15]]), Ordering::Relaxed);
     req.result.store(cqe.result, Ordering::Relaxed);

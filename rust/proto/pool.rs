@@ -60,7 +60,6 @@ pub const MAX_DEPTH: u32 = 4096;
 /// Smallest slot size.
 pub const MIN_SLOT_SIZE: u32 = 512;
 
-
 /// Sizes of the region of one queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueParams {
