@@ -781,15 +781,11 @@ impl<T: ControllerOps> OpsTable<T> {
         ..unsafe { MaybeUninit::zeroed().assume_init() }
     };
 
+    /// The admin queue has neither poll queues nor a queue map.
     const ADMIN: bindings::blk_mq_ops = bindings::blk_mq_ops {
-        queue_rq: Some(queue_rq::<T>),
-        complete: Some(complete::<T>),
-        init_request: Some(init_request::<T>),
-        exit_request: Some(exit_request::<T>),
-        init_hctx: Some(init_hctx::<T>),
-        timeout: Some(timeout::<T>),
-        // SAFETY: as above.
-        ..unsafe { MaybeUninit::zeroed().assume_init() }
+        map_queues: None,
+        poll: None,
+        ..Self::IO
     };
 
     fn io() -> &'static bindings::blk_mq_ops {
