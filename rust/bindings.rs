@@ -7,7 +7,7 @@
 //! The types here are distinct from `kernel::bindings` ones of the same name: pointers are cast
 //! where the two meet (only for `struct module`).
 //!
-//! Only the safe wrappers in this crate use this module directly.
+//! A private module of the wrapper tier (`rust/wrap/`): nothing else can name a raw binding.
 
 #![allow(
     clippy::all,

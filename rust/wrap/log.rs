@@ -3,7 +3,7 @@
 //! Log lines and dynamic debug classes, through the C glue's call sites (6.12's `pr_debug!`
 //! is compiled out, and dynamic debug needs a C call site per class).
 //!
-//! C header: [`rust/glue.h`](srctree/../rust/glue.h) (`rsrdma_log`, `rsrdma_dbg_*`).
+//! C header: `rust/glue.h`, the module's C glue (`rsrdma_log`, `rsrdma_dbg_*`).
 
 use super::bindings;
 use core::fmt;

@@ -3,7 +3,7 @@
 //! The module's parameters (defined in the C glue: 6.12's `module!` has none) and the facts
 //! about the running kernel the transport reads.
 //!
-//! C header: [`rust/glue.h`](srctree/../rust/glue.h).
+//! C header: `rust/glue.h`, the module's C glue.
 
 use super::bindings;
 
