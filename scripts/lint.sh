@@ -16,19 +16,20 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 kdir=${1:?usage: lint.sh KDIR}
 cd "$repo" || exit 1
-n=0 failed=0
+# The kernel's own KTAP helpers, from the tree (tests/lib/ktap.sh).
+KSFT_DIR=$kdir/tools/testing/selftests
+# shellcheck source=tests/lib/ktap.sh
+. "$repo/tests/lib/ktap.sh"
 
 check() { # NAME CMD...: one KTAP case from CMD's status; its output as diagnostics on failure
 	local name=$1 out rc=0
 	shift
-	n=$((n + 1))
 	out=$("$@" 2>&1) || rc=$?
 	if ((rc == 0)); then
-		echo "ok $n $name"
+		ktap_test_pass "$name"
 	else
-		failed=$((failed + 1))
-		sed 's/^/# /' <<<"$out" | head -n 40
-		echo "not ok $n $name"
+		head -n 40 <<<"$out" | ktap_diag
+		ktap_test_fail "$name"
 	fi
 }
 
@@ -78,8 +79,8 @@ safety_comments() {
 	[ -z "$missing" ] || { echo "unsafe blocks without a SAFETY comment:"; echo "$missing"; return 1; }
 }
 
-echo "KTAP version 1"
-echo "1..7"
+ktap_print_header
+ktap_set_plan 7
 check "rustfmt" rustfmt_check
 check "clippy (module, kernel lints)" clippy_module
 check "checkpatch (C glue, bench tool)" checkpatch
@@ -87,5 +88,4 @@ check "bench tool builds without warnings (W=1)" rawbw_build
 check "clippy (host crate)" clippy_host
 check "SAFETY comment on every unsafe block" safety_comments
 check "documentation builds without warnings (docutils)" scripts/docs.sh
-echo "# lint: $((n - failed)) passed, $failed failed"
-((failed == 0))
+ktap_finished

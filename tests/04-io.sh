@@ -42,14 +42,11 @@ queues_used() { # DEV
 	grep -o 'qid=[0-9]*' "$TRACING/trace" | sort | uniq -c | awk '{ print $2, $1 }'
 }
 
-ktap_header
-ktap_plan 25
+ktap_print_header
+ktap_set_plan 25
 
-rxe_setup && target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+rxe_setup && target_setup && host_load ||
+	bail_out "set-up failed"
 dmesg_mark
 baseline=$(rdma_counts)
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
@@ -132,7 +129,8 @@ if wait_for 30 nvme_dev_for_nqn "$NQN_FILE" >/dev/null; then
 	fdev=$(nvme_dev_for_nqn "$NQN_FILE")
 	ktap_check "fio verify on a file-backed namespace" fio_verify "$fdev" "$SECS" --bs=4k --iodepth=8
 else
-	ktap_fail "fio verify on a file-backed namespace" "no namespace for $NQN_FILE"
+	ktap_diag "fio verify on a file-backed namespace: no namespace for $NQN_FILE"
+	ktap_test_fail "fio verify on a file-backed namespace"
 fi
 
 # --- commands besides read and write -------------------------------------------------------------
@@ -295,8 +293,8 @@ if port16; then
 	ktap_check "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back" \
 		capsule_case "$dev" 24 5 "copied"
 else
-	ktap_fail "12 KiB write in four pieces goes in a 16 KiB capsule from its own pages and reads back"
-	ktap_fail "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back"
+	ktap_test_fail "12 KiB write in four pieces goes in a 16 KiB capsule from its own pages and reads back"
+	ktap_test_fail "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back"
 fi
 echo 'module nvme_rsrdma func rsrdma_dbg_io -p' >/sys/kernel/debug/dynamic_debug/control
 host_disconnect_all
@@ -312,7 +310,8 @@ dev=$(nvme_dev_for_nqn "$NQN_NULL")
 # waking ksoftirqd (Documentation/design.rst, "The data path"). QD1 reads: about one each.
 iwi() { awk '$1 == "IWI:" { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n + 0 }' /proc/interrupts; }
 if [ -z "$(iwi)" ]; then
-	ktap_skip "QD1 reads complete from a self-interrupt" "no IWI line in /proc/interrupts"
+	ktap_diag "QD1 reads complete from a self-interrupt: no IWI line in /proc/interrupts"
+	ktap_test_skip "QD1 reads complete from a self-interrupt"
 else
 	reads=400 iwi0=$(iwi)
 	dd if="$dev" of=/dev/null bs=4k count="$reads" iflag=direct 2>/dev/null
@@ -332,9 +331,9 @@ mapped=$(dmesg_after "$mark_io" | grep -m1 'default/read/poll queues')
 ktap_diag "${mapped:-no queue map line}"
 if grep -qE 'mapped [0-9]+/[0-9]+/1 default/read/poll' <<<"$mapped" &&
 	fio_verify "$dev" "$SECS" --bs=4k --iodepth=8 --hipri --size=8m; then
-	ktap_ok "write and poll queues: polled I/O verifies"
+	ktap_test_pass "write and poll queues: polled I/O verifies"
 else
-	ktap_fail "write and poll queues: polled I/O verifies"
+	ktap_test_fail "write and poll queues: polled I/O verifies"
 fi
 host_disconnect_all
 
@@ -362,13 +361,13 @@ after=$(rdma_counts)
 ktap_diag "disconnect: status $rc after $secs s ($out); fio ended: $((!ended)), status $fio_rc," \
 	"$(grep -cE 'error|err=' /tmp/rsrdma-busy.out) error lines; RDMA resources $(tr '\n' ' ' <<<"$after")"
 if ((rc == 0 && ended == 0 && fio_rc != 0)) && [ -z "$(ctrl_for "$NQN_NULL")" ] && [ "$after" = "$baseline" ]; then
-	ktap_ok "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
+	ktap_test_pass "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
 else
-	ktap_fail "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
+	ktap_test_fail "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
 	tail -n 20 /tmp/rsrdma-busy.out | ktap_diag
 fi
 kill -9 "$busy" 2>/dev/null
 rm -f /tmp/rsrdma-busy.out
 
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

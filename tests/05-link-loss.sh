@@ -95,14 +95,11 @@ cycle() {
 	ktap_diag "$name: rkeys $(tr '\n' ' ' <<<"$before")-> $(tr '\n' ' ' <<<"$after"), I/O back after $CYCLE_MS ms"
 }
 
-ktap_header
-ktap_plan 24
+ktap_print_header
+ktap_set_plan 24
 
-rxe_setup && target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+rxe_setup && target_setup && host_load ||
+	bail_out "set-up failed"
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_debug/control 2>/dev/null
@@ -135,9 +132,9 @@ for ((i = 1; i <= FLAPS; i++)); do
 	sleep 2
 done
 stats "netdev flaps" "${ms[@]}"
-((ok)) && ktap_ok "$FLAPS netdev flaps: every one recovered, old RKEYs gone" ||
-	ktap_fail "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
-fio_stop && ktap_ok "netdev flaps: fio verify saw no error" || ktap_fail "netdev flaps: fio verify saw no error"
+((ok)) && ktap_test_pass "$FLAPS netdev flaps: every one recovered, old RKEYs gone" ||
+	ktap_test_fail "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
+fio_stop && ktap_test_pass "netdev flaps: fio verify saw no error" || ktap_test_fail "netdev flaps: fio verify saw no error"
 
 # --- RDMA device removal and re-add ---------------------------------------------------------
 fio_start "$dev" --size=16m
@@ -155,9 +152,9 @@ for ((i = 1; i <= REMOVALS; i++)); do
 	sleep 2
 done
 stats "device removals" "${ms[@]}"
-((ok)) && ktap_ok "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected" ||
-	ktap_fail "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
-fio_stop && ktap_ok "device removals: fio verify saw no error" || ktap_fail "device removals: fio verify saw no error"
+((ok)) && ktap_test_pass "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected" ||
+	ktap_test_fail "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
+fio_stop && ktap_test_pass "device removals: fio verify saw no error" || ktap_test_fail "device removals: fio verify saw no error"
 
 # --- target port removal and re-add, nvmet-rdma reload -----------------------------------------
 fio_start "$dev" --size=16m
@@ -172,14 +169,14 @@ for ((i = 1; i <= PORT_CYCLES; i++)); do
 	sleep 2
 done
 stats "target port removals" "${ms[@]}"
-((ok)) && ktap_ok "$PORT_CYCLES target port removals" || ktap_fail "$PORT_CYCLES target port removals"
+((ok)) && ktap_test_pass "$PORT_CYCLES target port removals" || ktap_test_fail "$PORT_CYCLES target port removals"
 if cycle "nvmet-rdma reload" "$ctrl" "target_port_disable; modprobe -r nvmet_rdma; sleep 1" \
 	"modprobe nvmet_rdma && target_port_enable"; then
-	ktap_ok "nvmet-rdma module reload"
+	ktap_test_pass "nvmet-rdma module reload"
 else
-	ktap_fail "nvmet-rdma module reload"
+	ktap_test_fail "nvmet-rdma module reload"
 fi
-fio_stop && ktap_ok "target port removals: fio verify saw no error" || ktap_fail "target port removals: fio verify saw no error"
+fio_stop && ktap_test_pass "target port removals: fio verify saw no error" || ktap_test_fail "target port removals: fio verify saw no error"
 
 # --- reset while live, with I/O -----------------------------------------------------------------
 fio_start "$dev" --size=16m
@@ -188,11 +185,11 @@ t=$(now)
 timeout 60 nvme reset "/dev/$ctrl" 2>&1 | ktap_diag
 if ms1=$(recovered "$ctrl" "$t"); then
 	ktap_diag "reset: I/O back after $ms1 ms, rkeys $(tr '\n' ' ' <<<"$before")-> $(our_rkeys | tr '\n' ' ')"
-	ktap_ok "nvme reset with I/O running"
+	ktap_test_pass "nvme reset with I/O running"
 else
-	ktap_fail "nvme reset with I/O running"
+	ktap_test_fail "nvme reset with I/O running"
 fi
-fio_stop && ktap_ok "reset: fio verify saw no error" || ktap_fail "reset: fio verify saw no error"
+fio_stop && ktap_test_pass "reset: fio verify saw no error" || ktap_test_fail "reset: fio verify saw no error"
 
 # --- the target changes its number of queues -------------------------------------------------------
 # nvmet drops a subsystem's controllers when its qid_max changes. The host reconnects with the
@@ -223,16 +220,16 @@ if ((n0 > 1)) && out=$(requeue 1 1); then
 fi
 ktap_diag "$out"
 if ((ok)); then
-	ktap_ok "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
+	ktap_test_pass "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
 else
 	ktap_diag "hardware queues before: $n0"
 	dmesg_since_mark | grep -E "$ctrl: " | tail -n 20 | ktap_diag
-	ktap_fail "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
+	ktap_test_fail "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
 	# Writing qid_max drops the controllers again: only when it was left changed.
 	[ "$(cat "$qid_max")" = "$qmax" ] || _w "$qmax" "$qid_max"
 fi
-fio_stop && ktap_ok "queue count changes: fio verify saw no error" ||
-	ktap_fail "queue count changes: fio verify saw no error"
+fio_stop && ktap_test_pass "queue count changes: fio verify saw no error" ||
+	ktap_test_fail "queue count changes: fio verify saw no error"
 
 # --- resets while another RDMA device comes and goes --------------------------------------------
 # A device added or a port coming up brings forward a reconnect attempt that waits out its
@@ -298,9 +295,9 @@ rc=$?
 fail_ms=$((($(date +%s%N) - t0) / 1000000))
 ktap_diag "read during the outage: status $rc after $fail_ms ms (state $(ctrl_state "$ctrl"))"
 if ((rc != 0 && rc != 124 && fail_ms < 5000)); then
-	ktap_ok "link down longer than fast_io_fail_tmo: I/O fails fast"
+	ktap_test_pass "link down longer than fast_io_fail_tmo: I/O fails fast"
 else
-	ktap_fail "link down longer than fast_io_fail_tmo: I/O fails fast"
+	ktap_test_fail "link down longer than fast_io_fail_tmo: I/O fails fast"
 fi
 ip link set "$RXE_NETDEV" up
 wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
@@ -324,9 +321,9 @@ ktap_diag "controller gone after ${gone_after} s; reader status ${dd_rc:-none}"
 ip link set "$RXE_NETDEV" up
 if [ "$(ctrl_state "$ctrl")" = gone ] && ((gone_after < 20)) && [ -n "$dd_rc" ] && [ "$dd_rc" != 0 ] &&
 	[ "$dd_rc" != 124 ]; then
-	ktap_ok "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
+	ktap_test_pass "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
 else
-	ktap_fail "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
+	ktap_test_fail "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
 fi
 
 # --- ctrl_loss_tmo changed through sysfs while reconnecting -------------------------------------
@@ -348,9 +345,9 @@ wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
 ktap_diag "ctrl_loss_tmo -1 written ($written) while reconnecting: $down_state $(scaled 10) s later, $(ctrl_state "$ctrl") once the link is back"
 if [ "$written" = yes ] && [ "$down_state" = connecting ] && in_state "$ctrl" live &&
 	fio_verify "$dev" 3 --size=8m; then
-	ktap_ok "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
+	ktap_test_pass "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
 else
-	ktap_fail "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
+	ktap_test_fail "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
 fi
 host_disconnect_all
 
@@ -541,4 +538,4 @@ ktap_check "connect while the port goes down and the RDMA device is removed" con
 
 ktap_check "module unloads" host_unload
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

@@ -105,7 +105,8 @@ fresh_verify() {
 # reported as skipped. selected NAME: whether to run the case, reporting the skip if not.
 selected() {
 	[ -z "${RSRDMA_HOSTILE_CASES:-}" ] || [[ $1 =~ $RSRDMA_HOSTILE_CASES ]] && return 0
-	ktap_skip "$1" "not selected by RSRDMA_HOSTILE_CASES"
+	ktap_diag "$1: not selected by RSRDMA_HOSTILE_CASES"
+	ktap_test_skip "$1"
 	return 1
 }
 
@@ -139,9 +140,9 @@ case_end() {
 	ktap_diag "$name: $((SECONDS - CASE_START)) s"
 	if ((${#BAD[@]})); then
 		for b in "${BAD[@]}"; do ktap_diag "$name: failed: $b"; done
-		ktap_fail "$name"
+		ktap_test_fail "$name"
 	else
-		ktap_ok "$name"
+		ktap_test_pass "$name"
 	fi
 }
 
@@ -248,21 +249,16 @@ reconnect_fault() {
 	case_end "$name"
 }
 
-ktap_header
-ktap_plan 46
+ktap_print_header
+ktap_set_plan 46
 
-rxe_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+rxe_setup && host_load ||
+	bail_out "set-up failed"
 # Shorter command timeouts for the cases that wait for them (set around those cases only).
 SAVED_ADMIN_TIMEOUT=$(cat "$NVME_CORE/admin_timeout")
 SAVED_IO_TIMEOUT=$(cat "$NVME_CORE/io_timeout")
-if [ ! -x "$HOSTILE_BIN" ]; then
-	ktap_diag "$HOSTILE_BIN missing (tests/run.sh builds it: cargo build --release --manifest-path tests/target/Cargo.toml)"
-	exit 1
-fi
+[ -x "$HOSTILE_BIN" ] ||
+	bail_out "$HOSTILE_BIN missing (tests/run.sh builds it: cargo build --release --manifest-path tests/target/Cargo.toml)"
 
 # --- polite ---------------------------------------------------------------------------------------
 dmesg_mark
@@ -453,4 +449,4 @@ stale_rkey() {
 stale_rkey
 
 ktap_check "module unloads at the end" host_unload
-ktap_finish
+ktap_finished

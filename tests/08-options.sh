@@ -62,14 +62,11 @@ cases=(
 	"unknown subsystem (Connect refused, DNR)|transport=$T,$A,nqn=nqn.2026-11.io.rsrdma:none|error *|failed to connect queue: 0|Connect Invalid"
 )
 
-ktap_header
-ktap_plan $((${#cases[@]} + 4))
+ktap_print_header
+ktap_set_plan $((${#cases[@]} + 4))
 
-rxe_setup && target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+rxe_setup && target_setup && host_load ||
+	bail_out "set-up failed"
 dmesg_mark
 baseline=$(rdma_counts)
 ktap_diag "RDMA resources before: $(tr '\n' ' ' <<<"$baseline")"
@@ -100,9 +97,10 @@ for c in "${cases[@]}"; do
 	[ "$now_counts" = "$baseline" ] || { ok=0; ktap_diag "RDMA resources now: $(tr '\n' ' ' <<<"$now_counts")"; }
 	ktap_diag "$name: ${result} in ${ms} ms; log: ${log:-none}"
 	if ((ok)); then
-		ktap_ok "$name"
+		ktap_test_pass "$name"
 	else
-		ktap_fail "$name" "expected $want and a log line matching /$logre/"
+		ktap_diag "$name: expected $want and a log line matching /$logre/"
+		ktap_test_fail "$name"
 	fi
 done
 
@@ -163,4 +161,4 @@ unload_waits_for_fabrics_fd() {
 }
 ktap_check "module unload waits for a controller an open /dev/nvme-fabrics holds" unload_waits_for_fabrics_fd
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

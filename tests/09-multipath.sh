@@ -74,37 +74,37 @@ paths_moved() {
 # lose NAME CTRL PATH OTHER_PATH DOWN_CMD UP_CMD: one port away and back with I/O running.
 lose() {
 	local name=$1 ctrl=$2 path=$3 other=$4 down=$5 up=$6 t
-	eval "$down" || { ktap_fail "$name: port removed, I/O goes on" "'$down' failed"; return; }
+	eval "$down" || { ktap_diag "$name: port removed, I/O goes on: '$down' failed"; ktap_test_fail "$name: port removed, I/O goes on"; return; }
 	if wait_for 30 not_live "$ctrl"; then
 		ktap_diag "$ctrl: $(ctrl_state "$ctrl") after its port went away"
 		ktap_check "$name: port removed, $ctrl leaves live, I/O goes on over $other" moved "$other" 3
 	else
-		ktap_fail "$name: port removed, $ctrl leaves live, I/O goes on over $other" "$ctrl stayed live"
+		ktap_diag "$name: port removed, $ctrl leaves live, I/O goes on over $other: $ctrl stayed live"
+		ktap_test_fail "$name: port removed, $ctrl leaves live, I/O goes on over $other"
 	fi
-	eval "$up" || { ktap_fail "$name: port back, $ctrl live and carrying I/O" "'$up' failed"; return; }
+	eval "$up" || { ktap_diag "$name: port back, $ctrl live and carrying I/O: '$up' failed"; ktap_test_fail "$name: port back, $ctrl live and carrying I/O"; return; }
 	t=$SECONDS
 	if wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live; then
 		ktap_diag "$ctrl: live again $((SECONDS - t)) s after its port came back"
 		ktap_check "$name: port back, $ctrl live and carrying I/O" moved "$path" 3
 	else
-		ktap_fail "$name: port back, $ctrl live and carrying I/O" "state $(ctrl_state "$ctrl")"
+		ktap_diag "$name: port back, $ctrl live and carrying I/O: state $(ctrl_state "$ctrl")"
+		ktap_test_fail "$name: port back, $ctrl live and carrying I/O"
 	fi
 }
 
-ktap_header
-ktap_plan 9
+ktap_print_header
+ktap_set_plan 9
 
-rxe_setup && target_setup && target_ipv6_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+rxe_setup && target_setup && target_ipv6_setup && host_load ||
+	bail_out "set-up failed"
 # (nvme_core is loaded now, with the fabrics core.)
 if [ "$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)" != Y ]; then
 	for ((i = 0; i < 9; i++)); do
-		ktap_skip "multipath case $((i + 1))" "no native NVMe multipath in this kernel (CONFIG_NVME_MULTIPATH)"
+		ktap_diag "multipath case $((i + 1)): no native NVMe multipath in this kernel (CONFIG_NVME_MULTIPATH)"
+		ktap_test_skip "multipath case $((i + 1))"
 	done
-	ktap_finish
+	ktap_finished
 fi
 dmesg_mark
 baseline=$(rdma_counts)
@@ -151,7 +151,7 @@ ktap_check "round-robin I/O over both paths" paths_moved 3
 lose "port 1 (IPv4)" "$ctrl4" "$path4" "$path6" target_port_disable target_port_enable
 lose "port 2 (IPv6)" "$ctrl6" "$path6" "$path4" "target_port_disable 2" "target_port_enable 2"
 
-fio_stop && ktap_ok "fio verify on the head saw no error" || ktap_fail "fio verify on the head saw no error"
+fio_stop && ktap_test_pass "fio verify on the head saw no error" || ktap_test_fail "fio verify on the head saw no error"
 
 # --- teardown -----------------------------------------------------------------------------------
 host_disconnect_all
@@ -159,4 +159,4 @@ after=$(rdma_counts)
 ktap_diag "RDMA resources after disconnect: $(tr '\n' ' ' <<<"$after")"
 ktap_check "both paths disconnected, no RDMA resources left" test "$after" = "$baseline"
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

@@ -61,23 +61,21 @@ refused() {
 	dmesg_after "$mark" | grep -E 'aborting|authentication failed|auth_(send|receive) failed' |
 		head -n 4 | ktap_diag
 	if grep -qE "$want" <<<"$out" && ((t <= limit)) && wait_for 10 no_ctrl; then
-		ktap_ok "$name"
+		ktap_test_pass "$name"
 	else
-		ktap_fail "$name" "expected /$want/ within $limit s and no controller"
+		ktap_diag "$name: expected /$want/ within $limit s and no controller"
+		ktap_test_fail "$name"
 	fi
 }
 
-ktap_header
-ktap_plan 9
+ktap_print_header
+ktap_set_plan 9
 
 KEY=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
 CKEY=$(nvme gen-dhchap-key -n "$NQN_AUTH" -m 1)
 BAD=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
-rxe_setup && target_setup && auth_target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+rxe_setup && target_setup && auth_target_setup && host_load ||
+	bail_out "set-up failed"
 dmesg_mark
 baseline=$(rdma_counts)
 
@@ -102,9 +100,9 @@ fi
 n=$(authenticated "$mark")
 ktap_diag "controller ${c:-none}, admin queue authentications logged: $n"
 if [ -n "$dev" ] && ((n == 1)) && fio_verify "$dev" 2 --size=4m; then
-	ktap_ok "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
+	ktap_test_pass "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
 else
-	ktap_fail "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
+	ktap_test_fail "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
 fi
 
 # again_after NAME CMD...: CMD takes the controller's connection down; it must come back live,
@@ -114,17 +112,18 @@ again_after() {
 	shift
 	mark=$(kmsg_mark)
 	if [ -z "$c" ] || ! "$@"; then
-		ktap_fail "$name" "no controller, or '$*' failed"
+		ktap_diag "$name: no controller, or '$*' failed"
+		ktap_test_fail "$name"
 		return
 	fi
 	if wait_for "$RECOVERY_TIMEOUT" in_state "$c" live; then
 		n=$(authenticated "$mark")
 		ktap_diag "$name: live, admin queue authentications logged: $n"
-		((n >= 1)) && fio_verify "$dev" 2 --size=4m && ktap_ok "$name" && return
+		((n >= 1)) && fio_verify "$dev" 2 --size=4m && ktap_test_pass "$name" && return
 	else
 		ktap_diag "$name: state $(ctrl_state "$c")"
 	fi
-	ktap_fail "$name"
+	ktap_test_fail "$name"
 }
 # nvme reset reports failure (ENETRESET) when the reset's own reconnect failed and one is
 # scheduled; the controller then comes back through the reconnect path, which this test also
@@ -162,4 +161,4 @@ after=$(rdma_counts)
 ktap_diag "RDMA resources after: $(tr '\n' ' ' <<<"$after")"
 ktap_check "no RDMA resources left" test "$after" = "$baseline"
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

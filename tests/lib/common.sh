@@ -6,9 +6,10 @@
 # read-only: write only under /tmp, $RSRDMA_OUT, /sys and /dev. This file holds the settings
 # every part shares and sources the parts, a file each:
 #
-#   ktap.sh        KTAP output: ktap_header, ktap_plan N, ktap_ok NAME, ktap_fail NAME [REASON],
-#                  ktap_skip NAME REASON, ktap_check NAME CMD..., ktap_diag MSG..., ktap_finish
-#   misc.sh        wait_for TIMEOUT_S CMD..., run_diag CMD..., module_unload NAME
+#   ktap.sh        KTAP output: the kernel's ktap_helpers.sh (ktap_print_header, ktap_set_plan N,
+#                  ktap_test_pass/fail/skip NAME, ktap_exit_fail_msg MSG, ktap_finished...) and
+#                  ktap_check NAME CMD..., ktap_diag MSG..., run_diag CMD...
+#   misc.sh        wait_for TIMEOUT_S CMD..., module_unload NAME
 #   fabric.sh      rxe_setup, rxe_teardown
 #   target.sh      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems),
 #                  target_ipv6_setup, target_ipv6_teardown (ports 2 and 3 on IPv6 addresses)
@@ -17,7 +18,8 @@
 #                  nvme_dev_for_nqn NQN, fabrics_probe OPTIONS (write a connect string, report
 #                  errno and "no handler")
 #   kernel-log.sh  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check
-#   state.sh       leftovers (what a test left behind), reset_guest (clean all of it)
+#   state.sh       leftovers (what a test left behind), reset_guest (clean all of it),
+#                  bail_out MSG (a set-up that failed: Bail out!)
 #   io.sh          fio_verify DEV SECONDS [FIO ARGS...], fio_start DEV, fio_stop
 #   link-loss.sh   fabrics_connect, ctrl_state, target_port_disable/enable, probe_start/stop
 #   hostile.sh     hostile_start, hostile_stop, hostile_arm, hostile_wait... (rsrdma-target)

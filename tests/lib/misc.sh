@@ -1,17 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # shellcheck shell=bash
 #
-# The guest tests' helpers: waiting, diagnostics, sysfs writes, module unloading.
+# The guest tests' helpers: waiting, sysfs writes, module unloading.
 # Sourced by tests/lib/common.sh, not run.
-
-
-# run_diag CMD...: run CMD with its stdout and stderr as diagnostic lines; CMD's status.
-run_diag() {
-	local out rc=0
-	out=$("$@" 2>&1) || rc=$?
-	[ -z "$out" ] || ktap_diag "$out"
-	return $rc
-}
 
 # wait_for TIMEOUT_S CMD...: retry CMD (silently) until it succeeds; 1 on timeout.
 wait_for() {

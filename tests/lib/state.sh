@@ -37,3 +37,11 @@ reset_guest() {
 	module_unload nvme_rdma
 	rxe_teardown
 }
+
+# bail_out MSG: the test's set-up failed before its first case: what it left behind as
+# diagnostics, then KTAP's "Bail out! MSG" and the totals; exits 1 (the test's EXIT trap cleans
+# up).
+bail_out() {
+	leftovers | ktap_diag
+	ktap_exit_fail_msg "$@"
+}
