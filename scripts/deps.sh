@@ -21,6 +21,8 @@ debs=(
 	linux-perf
 	# documentation checks
 	python3-docutils
+	# the kselftest install of the guest suite (the kernel's lib.mk copies with rsync)
+	rsync
 )
 
 missing=()

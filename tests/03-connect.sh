@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Controller lifecycle over the rsrdma transport against the in-kernel nvmet-rdma target:

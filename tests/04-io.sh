@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Data moved through the rsrdma transport: fio with crc32c verification over random reads and

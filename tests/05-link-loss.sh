@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 1800
 #
 # Link loss with I/O running and verified throughout: netdev flaps, RDMA device removal and

@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Bad and edge-case connect options, written to /dev/nvme-fabrics (as nvme-cli does) and some

@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Native NVMe multipath over the transport: one subsystem reached through two nvmet ports, port

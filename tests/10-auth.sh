@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 600
 #
 # NVMe in-band authentication (DH-HMAC-CHAP) over the transport. The exchange is the NVMe

@@ -23,7 +23,8 @@
 #   io.sh          fio_verify DEV SECONDS [FIO ARGS...], fio_start DEV, fio_stop
 #   link-loss.sh   fabrics_connect, ctrl_state, target_port_disable/enable, probe_start/stop
 #   hostile.sh     hostile_start, hostile_stop, hostile_arm, hostile_wait... (rsrdma-target)
-#   suite.sh       selection, per-test timeouts and host modes
+#   suite.sh       what the suite adds to the kselftest runner per test: its own timeout,
+#                  its host mode, the checks after it, its logs and counts; selection
 #
 # Helpers return non-zero on failure and say why on diagnostic ("# ...") lines; they never exit.
 
@@ -42,6 +43,9 @@ export RSRDMA_REPO RSRDMA_OUT RSRDMA_KO
 RSRDMA_LIB=$(dirname "${BASH_SOURCE[0]}")
 # shellcheck source=tests/lib/suite.sh
 . "$RSRDMA_LIB/suite.sh"
+# The host mode of the test (its name, RSRDMA_MODE, or rsrdma): see suite.sh.
+RSRDMA_MODE=$(suite_mode "$0")
+export RSRDMA_MODE
 
 # scaled SECONDS: a wait for the kernel under test, times the suite's timeout scale (3 on the
 # debug kernel, where everything takes several times as long; see tests/lib/suite.sh).
@@ -80,3 +84,8 @@ RXE_NETDEV=eth0
 . "$RSRDMA_LIB/link-loss.sh"
 # shellcheck source=tests/lib/hostile.sh
 . "$RSRDMA_LIB/hostile.sh"
+
+# A test script (tests/NN-*.sh) runs under the suite's supervision: see suite.sh.
+if [[ ${0##*/} =~ ^[0-9][0-9]-.*\.sh$ ]] && [ -z "${RSRDMA_SUPERVISED:-}" ]; then
+	suite_supervise "$@"
+fi
