@@ -16,6 +16,7 @@ failures=()
 step() { printf '\n==> %s\n' "$*"; }
 failed() { echo "FAILED: $*"; failures+=("$*"); }
 
+# shellcheck disable=SC2317 # run by the EXIT trap below
 cleanup() {
 	host_disconnect_all >/dev/null 2>&1
 	rsrdma_unload >/dev/null 2>&1
@@ -30,7 +31,9 @@ echo "nvme-rsrdma demo on $(uname -r), $(nproc) vCPUs"
 dmesg_mark
 
 step "soft-RoCE: rdma link add $RXE_NAME type rxe netdev $RXE_NETDEV"
-rxe_setup && rdma link show || failed "rxe setup"
+if ! rxe_setup || ! rdma link show; then
+	failed "rxe setup"
+fi
 
 step "nvmet-rdma target on $TARGET_ADDR:$TARGET_PORT"
 if target_setup; then
@@ -96,12 +99,17 @@ if [ -n "$dev" ]; then
 
 	step "disconnect: nvme disconnect -n $NQN_NULL"
 	nvme disconnect -n "$NQN_NULL" || failed "nvme disconnect"
+	# shellcheck disable=SC2317 # run by wait_for
 	gone() { ! grep -qx "$NQN_NULL" /sys/class/nvme/nvme*/subsysnqn 2>/dev/null; }
 	wait_for 30 gone || failed "controller still present 30 s after disconnect"
 fi
 
 step "unload: rmmod nvme_rsrdma"
-rsrdma_unload && echo "unloaded" || failed "rmmod nvme_rsrdma"
+if rsrdma_unload; then
+	echo "unloaded"
+else
+	failed "rmmod nvme_rsrdma"
+fi
 
 step "kernel log (nvme_rsrdma, nvme, fabrics)"
 dmesg_since_mark | grep -E 'nvme_rsrdma|nvme nvme|nvme_fabrics|nvmet'

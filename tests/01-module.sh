@@ -81,7 +81,7 @@ lookup_case "rsrdma_registered_when_loaded" rsrdma registered
 # Every parameter in sysfs is described by modinfo, and "dropin" (used below) is among them.
 params_ok=1
 sysfs_params=$(ls /sys/module/nvme_rsrdma/parameters 2>/dev/null)
-ktap_diag "parameters in sysfs: $(echo $sysfs_params)"
+ktap_diag "parameters in sysfs: $(paste -s -d ' ' <<<"$sysfs_params")"
 for p in $sysfs_params; do
 	grep -qE "^parm: +$p:" <<<"$info" || { ktap_diag "parameter $p has no modinfo description"; params_ok=0; }
 done

@@ -111,7 +111,7 @@ left=$(leftovers)
 if [ -z "$left" ]; then
 	ktap_test_pass "teardown_leaves_nothing"
 else
-	ktap_diag "teardown_leaves_nothing: left behind: $(echo $left)"
+	ktap_diag "teardown_leaves_nothing: left behind: $(paste -s -d ' ' <<<"$left")"
 	ktap_test_fail "teardown_leaves_nothing"
 fi
 

@@ -54,8 +54,9 @@ refuse() {
 ktap_print_header
 ktap_set_plan 22
 
-rxe_setup && target_setup && host_load ||
+if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 ktap_diag "RDMA resources before: $(tr '\n' ' ' <<<"$baseline")"
@@ -113,8 +114,11 @@ for ((i = 1; i <= CYCLES; i++)); do
 	((failed)) && break
 done
 ktap_diag "$CYCLES connect/disconnect cycles in $((SECONDS - start)) s"
-((failed == 0)) && ktap_test_pass "$CYCLES connect/disconnect cycles" ||
+if ((failed == 0)); then
+	ktap_test_pass "$CYCLES connect/disconnect cycles"
+else
 	ktap_test_fail "$CYCLES connect/disconnect cycles"
+fi
 
 after=$(rdma_counts)
 ktap_diag "RDMA resources after: $(tr '\n' ' ' <<<"$after")"
@@ -189,7 +193,11 @@ ipv6_connect() {
 		ok=0
 	fi
 	disconnect "$NQN_NULL" || ok=0
-	((ok)) && ktap_test_pass "$name" || ktap_test_fail "$name"
+	if ((ok)); then
+		ktap_test_pass "$name"
+	else
+		ktap_test_fail "$name"
+	fi
 }
 
 if target_ipv6_setup; then

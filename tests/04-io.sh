@@ -44,8 +44,9 @@ queues_used() { # DEV
 ktap_print_header
 ktap_set_plan 25
 
-rxe_setup && target_setup && host_load ||
+if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
@@ -97,6 +98,7 @@ stats_ok() {
 ktap_check "debugfs statistics: RKEY, per-queue commands and bytes, nothing in flight" stats_ok "$stats"
 # The verified runs of 128 KiB and more went out on both I/O queues, not only their own
 # (spread_kib, 128 by default): their data above read back intact.
+# shellcheck disable=SC2016 # an awk program
 ktap_check "large transfers were spread over the I/O queues (debugfs 'spread')" \
 	awk '$1 ~ /^[12]$/ && $10 > 0 { n++ } END { exit !(n >= 1) }' "$stats"
 

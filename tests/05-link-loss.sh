@@ -97,8 +97,9 @@ cycle() {
 ktap_print_header
 ktap_set_plan 24
 
-rxe_setup && target_setup && host_load ||
+if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
+fi
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_debug/control 2>/dev/null
@@ -131,9 +132,16 @@ for ((i = 1; i <= FLAPS; i++)); do
 	sleep 2
 done
 stats "netdev flaps" "${ms[@]}"
-((ok)) && ktap_test_pass "$FLAPS netdev flaps: every one recovered, old RKEYs gone" ||
+if ((ok)); then
+	ktap_test_pass "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
+else
 	ktap_test_fail "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
-fio_stop && ktap_test_pass "netdev flaps: fio verify saw no error" || ktap_test_fail "netdev flaps: fio verify saw no error"
+fi
+if fio_stop; then
+	ktap_test_pass "netdev flaps: fio verify saw no error"
+else
+	ktap_test_fail "netdev flaps: fio verify saw no error"
+fi
 
 # --- RDMA device removal and re-add ---------------------------------------------------------
 fio_start "$dev" --size=16m
@@ -151,9 +159,16 @@ for ((i = 1; i <= REMOVALS; i++)); do
 	sleep 2
 done
 stats "device removals" "${ms[@]}"
-((ok)) && ktap_test_pass "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected" ||
+if ((ok)); then
+	ktap_test_pass "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
+else
 	ktap_test_fail "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
-fio_stop && ktap_test_pass "device removals: fio verify saw no error" || ktap_test_fail "device removals: fio verify saw no error"
+fi
+if fio_stop; then
+	ktap_test_pass "device removals: fio verify saw no error"
+else
+	ktap_test_fail "device removals: fio verify saw no error"
+fi
 
 # --- target port removal and re-add, nvmet-rdma reload -----------------------------------------
 fio_start "$dev" --size=16m
@@ -168,14 +183,22 @@ for ((i = 1; i <= PORT_CYCLES; i++)); do
 	sleep 2
 done
 stats "target port removals" "${ms[@]}"
-((ok)) && ktap_test_pass "$PORT_CYCLES target port removals" || ktap_test_fail "$PORT_CYCLES target port removals"
+if ((ok)); then
+	ktap_test_pass "$PORT_CYCLES target port removals"
+else
+	ktap_test_fail "$PORT_CYCLES target port removals"
+fi
 if cycle "nvmet-rdma reload" "$ctrl" "target_port_disable; modprobe -r nvmet_rdma; sleep 1" \
 	"modprobe nvmet_rdma && target_port_enable"; then
 	ktap_test_pass "nvmet-rdma module reload"
 else
 	ktap_test_fail "nvmet-rdma module reload"
 fi
-fio_stop && ktap_test_pass "target port removals: fio verify saw no error" || ktap_test_fail "target port removals: fio verify saw no error"
+if fio_stop; then
+	ktap_test_pass "target port removals: fio verify saw no error"
+else
+	ktap_test_fail "target port removals: fio verify saw no error"
+fi
 
 # --- reset while live, with I/O -----------------------------------------------------------------
 fio_start "$dev" --size=16m
@@ -188,7 +211,11 @@ if ms1=$(recovered "$ctrl" "$t"); then
 else
 	ktap_test_fail "nvme reset with I/O running"
 fi
-fio_stop && ktap_test_pass "reset: fio verify saw no error" || ktap_test_fail "reset: fio verify saw no error"
+if fio_stop; then
+	ktap_test_pass "reset: fio verify saw no error"
+else
+	ktap_test_fail "reset: fio verify saw no error"
+fi
 
 # --- the target changes its number of queues -------------------------------------------------------
 # nvmet drops a subsystem's controllers when its qid_max changes. The host reconnects with the
@@ -227,8 +254,11 @@ else
 	# Writing qid_max drops the controllers again: only when it was left changed.
 	[ "$(cat "$qid_max")" = "$qmax" ] || _w "$qmax" "$qid_max"
 fi
-fio_stop && ktap_test_pass "queue count changes: fio verify saw no error" ||
+if fio_stop; then
+	ktap_test_pass "queue count changes: fio verify saw no error"
+else
 	ktap_test_fail "queue count changes: fio verify saw no error"
+fi
 
 # --- resets while another RDMA device comes and goes --------------------------------------------
 # A device added or a port coming up brings forward a reconnect attempt that waits out its
@@ -413,7 +443,7 @@ second_device_cleanup() {
 }
 
 other_device_removed_while_reconnecting() {
-	local added ctrl mark= t rc=0
+	local added ctrl mark='' t rc=0
 	second_device_loss up "$opts,reconnect_delay=20,ctrl_loss_tmo=20" || rc=1
 	if ((rc == 0)); then
 		timeout 60 rdma link delete rsrdma_x || rc=1
@@ -447,7 +477,7 @@ ktap_check "another RDMA device removed while a reconnect waits: the attempt kee
 # handler before or after the watch starts: either way it is no change (the port was down), and
 # a module that took the port for up would log it, or swallow the "active" one.
 port_up_on_device_added_down() {
-	local added ctrl mark= t rc=0
+	local added ctrl mark='' t rc=0
 	second_device_loss down "$opts,reconnect_delay=60,ctrl_loss_tmo=120" || rc=1
 	if ((rc == 0)); then
 		target_port_enable
@@ -482,8 +512,11 @@ ktap_check "a port coming up on a device added while it was down brings the reco
 disconnect_during_device_removal() {
 	local i ctrl pid mark rc=0
 	for ((i = 1; i <= 3; i++)); do
-		ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60") &&
-			wait_for 30 in_state "$ctrl" live || { rc=1; break; }
+		if ! ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60") ||
+			! wait_for 30 in_state "$ctrl" live; then
+			rc=1
+			break
+		fi
 		mark=$(kmsg_mark)
 		timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1 &
 		pid=$!

@@ -21,7 +21,7 @@ set -u
 
 PAT=/tmp/rsrdma-hostile.pat
 NVME_CORE=/sys/module/nvme_core/parameters
-SAVED_ADMIN_TIMEOUT= SAVED_IO_TIMEOUT=
+SAVED_ADMIN_TIMEOUT='' SAVED_IO_TIMEOUT=''
 
 cleanup() {
 	hostile_stop
@@ -252,8 +252,9 @@ reconnect_fault() {
 ktap_print_header
 ktap_set_plan 46
 
-rxe_setup && host_load ||
+if ! rxe_setup || ! host_load; then
 	bail_out "set-up failed"
+fi
 # Shorter command timeouts for the cases that wait for them (set around those cases only).
 SAVED_ADMIN_TIMEOUT=$(cat "$NVME_CORE/admin_timeout")
 SAVED_IO_TIMEOUT=$(cat "$NVME_CORE/io_timeout")
@@ -278,7 +279,10 @@ ktap_check "polite: max_hw_sectors_kb is the transport's 4 MiB" test "$kb" = 409
 # A 4 MiB write and read at LBA 16384 (8 MiB): exactly one command each at the target.
 one_command_each() {
 	local w r
-	write_pattern "$dev" 8 4 && read_check "$dev" 8 4 || { echo "data mismatch"; return 1; }
+	if ! write_pattern "$dev" 8 4 || ! read_check "$dev" 8 4; then
+		echo "data mismatch"
+		return 1
+	fi
 	sleep 0.5
 	w=$(grep -E '^q[0-9]+ cid \S+ write slba (1[6-9]|2[0-4])[0-9]{3} ' "$HOSTILE_VLOG")
 	r=$(grep -E '^q[0-9]+ cid \S+ read slba (1[6-9]|2[0-4])[0-9]{3} ' "$HOSTILE_VLOG")

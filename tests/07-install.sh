@@ -111,8 +111,11 @@ ok=1
 for m in nvme-fabrics nvme-core rdma_cm ib_core; do
 	grep -q "/$m.ko" <<<"$deps" || ok=0
 done
-((ok)) && ktap_test_pass "installed with depmod: dependencies resolved (nvme-fabrics, nvme-core, rdma_cm, ib_core)" ||
+if ((ok)); then
+	ktap_test_pass "installed with depmod: dependencies resolved (nvme-fabrics, nvme-core, rdma_cm, ib_core)"
+else
 	ktap_test_fail "installed with depmod: dependencies resolved (nvme-fabrics, nvme-core, rdma_cm, ib_core)"
+fi
 
 # modprobe by name, with parameters, pulls in its dependencies; modprobe -r takes it out again.
 modprobe_params() {

@@ -64,8 +64,9 @@ cases=(
 ktap_print_header
 ktap_set_plan $((${#cases[@]} + 4))
 
-rxe_setup && target_setup && host_load ||
+if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 ktap_diag "RDMA resources before: $(tr '\n' ' ' <<<"$baseline")"
@@ -133,7 +134,7 @@ unload_waits_for_fabrics_fd() {
 		exec rmmod nvme_rsrdma
 	) &
 	pid=$!
-	if wait_for 30 eval 'dmesg_after "$mark" | grep -q "waiting for 1 controller(s) still referenced"'; then
+	if wait_for 30 log_has "$mark" "waiting for 1 controller(s) still referenced"; then
 		sleep 1
 		if kill -0 "$pid" 2>/dev/null; then
 			ktap_diag "rmmod waits while the descriptor is open"

@@ -95,8 +95,9 @@ lose() {
 ktap_print_header
 ktap_set_plan 9
 
-rxe_setup && target_setup && target_ipv6_setup && host_load ||
+if ! rxe_setup || ! target_setup || ! target_ipv6_setup || ! host_load; then
 	bail_out "set-up failed"
+fi
 # (nvme_core is loaded now, with the fabrics core.)
 if [ "$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)" != Y ]; then
 	for ((i = 0; i < 9; i++)); do
@@ -116,7 +117,7 @@ done
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL"
 head=$(nvme_dev_for_nqn "$NQN_NULL")
 head=${head#/dev/}
-ctrl4= ctrl6=
+ctrl4='' ctrl6=''
 for c in /sys/class/nvme/nvme*; do
 	[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN_NULL" ] || continue
 	case "$(cat "$c/address")" in
@@ -128,8 +129,8 @@ path4=$(path_of "$ctrl4") path6=$(path_of "$ctrl6")
 ktap_diag "head $head: $ctrl4 (IPv4) path $path4, $ctrl6 (IPv6) path $path6"
 # Paths of head nvmeSnN are nvmeScCnN, C the controller's instance.
 on_head() { [[ $1 =~ ^${head%n*}c[0-9]+n${head##*n}$ ]]; }
-ktap_check "two controllers, one namespace head with a path through each" \
-	eval 'test -b "/dev/$head" && on_head "$path4" && on_head "$path6" && [ "$path4" != "$path6" ]'
+two_paths() { test -b "/dev/$head" && on_head "$path4" && on_head "$path6" && [ "$path4" != "$path6" ]; }
+ktap_check "two controllers, one namespace head with a path through each" two_paths
 
 subsys=$(basename "$(readlink -f "/sys/block/$head/device")")
 echo round-robin >"/sys/class/nvme-subsystem/$subsys/iopolicy" 2>/dev/null
@@ -150,7 +151,11 @@ ktap_check "round-robin I/O over both paths" paths_moved 3
 lose "port 1 (IPv4)" "$ctrl4" "$path4" "$path6" target_port_disable target_port_enable
 lose "port 2 (IPv6)" "$ctrl6" "$path6" "$path4" "target_port_disable 2" "target_port_enable 2"
 
-fio_stop && ktap_test_pass "fio verify on the head saw no error" || ktap_test_fail "fio verify on the head saw no error"
+if fio_stop; then
+	ktap_test_pass "fio verify on the head saw no error"
+else
+	ktap_test_fail "fio verify on the head saw no error"
+fi
 
 # --- teardown -----------------------------------------------------------------------------------
 host_disconnect_all

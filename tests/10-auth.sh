@@ -73,8 +73,9 @@ ktap_set_plan 9
 KEY=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
 CKEY=$(nvme gen-dhchap-key -n "$NQN_AUTH" -m 1)
 BAD=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
-rxe_setup && target_setup && auth_target_setup && host_load ||
+if ! rxe_setup || ! target_setup || ! auth_target_setup || ! host_load; then
 	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 
@@ -92,7 +93,7 @@ refused "wrong secret: refused within seconds, no controller" "rejected|Input/ou
 mark=$(kmsg_mark)
 out=$(auth_connect --dhchap-secret="$KEY" --reconnect-delay=1)
 [ -z "$out" ] || ktap_diag "$out"
-c= dev=
+c='' dev=''
 if wait_for 30 nvme_dev_for_nqn "$NQN_AUTH"; then
 	c=$(ctrl_for "$NQN_AUTH") c=${c##*/} dev=$(nvme_dev_for_nqn "$NQN_AUTH")
 fi
@@ -149,8 +150,8 @@ out=$(auth_connect --dhchap-secret="$KEY" --dhchap-ctrl-secret="$CKEY")
 [ -z "$out" ] || ktap_diag "$out"
 line=$(dmesg_after "$mark" | grep -m1 'qid 0: controller authenticated')
 ktap_diag "${line:-no controller authentication logged}"
-ktap_check "controller secret: the controller authenticates itself" \
-	eval 'wait_for 30 nvme_dev_for_nqn "$NQN_AUTH" && test -n "$line"'
+authenticated() { wait_for 30 nvme_dev_for_nqn "$NQN_AUTH" && test -n "$line"; }
+ktap_check "controller secret: the controller authenticates itself" authenticated
 timeout 60 nvme disconnect -n "$NQN_AUTH" >/dev/null
 wait_for 30 no_ctrl
 refused "wrong controller secret: refused, no controller" "rejected" \

@@ -17,7 +17,7 @@ ksft=$(cd "${1:?usage: guest-suite.sh KSFT_INSTALL_PATH [run_kselftest.sh option
 shift
 # The tests' KTAP helper: the kernel's ktap_helpers.sh, installed with the runner.
 export KSFT_DIR=$ksft
-# shellcheck source=tests/lib/common.sh
+# shellcheck source=lib/common.sh
 . "$ksft/rsrdma/lib/common.sh"
 
 echo "# nvme-rsrdma guest suite: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo)"

@@ -32,9 +32,9 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=scripts/lib.sh
+# shellcheck source=../scripts/lib.sh
 . "$here/../scripts/lib.sh"
-# shellcheck source=tests/lib/suite.sh
+# shellcheck source=lib/suite.sh
 . "$here/lib/suite.sh"
 
 run_start=$(date +%s)
@@ -118,9 +118,8 @@ host_tests() {
 	local manifest=tests/host/Cargo.toml cargo_out rc=0 line name result lines=()
 	{
 		# The kernel's KTAP helpers, from its tree when there is one (tests/lib/ktap.sh).
-		# shellcheck disable=SC2030 # for this document only
 		KSFT_DIR=${kdir:+$kdir/tools/testing/selftests}
-		# shellcheck source=tests/lib/ktap.sh
+		# shellcheck source=lib/ktap.sh
 		. tests/lib/ktap.sh
 		ktap_print_header
 		ktap_print_msg "host unit tests: cargo test --manifest-path $manifest"
@@ -294,9 +293,8 @@ done
 # and the last line.
 report() {
 	local line
-	# shellcheck disable=SC2031 # the tree's helpers, as for the host unit tests
 	KSFT_DIR=${kdir:+$kdir/tools/testing/selftests}
-	# shellcheck source=tests/lib/ktap.sh
+	# shellcheck source=lib/ktap.sh
 	. tests/lib/ktap.sh
 	echo
 	ktap_print_header

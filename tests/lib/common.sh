@@ -41,7 +41,7 @@ RSRDMA_KO=${RSRDMA_KO:-$RSRDMA_REPO/nvme_rsrdma.ko}
 export RSRDMA_REPO RSRDMA_OUT RSRDMA_KO
 
 RSRDMA_LIB=$(dirname "${BASH_SOURCE[0]}")
-# shellcheck source=tests/lib/suite.sh
+# shellcheck source=suite.sh
 . "$RSRDMA_LIB/suite.sh"
 # The host mode of the test (its name, RSRDMA_MODE, or rsrdma): see suite.sh.
 RSRDMA_MODE=$(suite_mode "$0")
@@ -52,6 +52,8 @@ export RSRDMA_MODE
 scaled() { echo $(($1 * $(suite_timeout_scale))); }
 
 export TARGET_ADDR=10.0.2.15 TARGET_PORT=4420
+# The IPv6 addresses of target_ipv6_setup: unique-local and link-local.
+export TARGET_ADDR6=fd00::15 TARGET_LL6=fe80::15
 export NQN_NULL=nqn.2026-11.io.rsrdma:null
 export NQN_FILE=nqn.2026-11.io.rsrdma:file
 export NQN_NULL2=nqn.2026-11.io.rsrdma:null2
@@ -64,25 +66,25 @@ TARGET_TMPFS=/tmp/rsrdma-target
 RXE_NAME=rxe0
 RXE_NETDEV=eth0
 
-# shellcheck source=tests/lib/ktap.sh
+# shellcheck source=ktap.sh
 . "$RSRDMA_LIB/ktap.sh"
-# shellcheck source=tests/lib/misc.sh
+# shellcheck source=misc.sh
 . "$RSRDMA_LIB/misc.sh"
-# shellcheck source=tests/lib/fabric.sh
+# shellcheck source=fabric.sh
 . "$RSRDMA_LIB/fabric.sh"
-# shellcheck source=tests/lib/target.sh
+# shellcheck source=target.sh
 . "$RSRDMA_LIB/target.sh"
-# shellcheck source=tests/lib/host.sh
+# shellcheck source=host.sh
 . "$RSRDMA_LIB/host.sh"
-# shellcheck source=tests/lib/kernel-log.sh
+# shellcheck source=kernel-log.sh
 . "$RSRDMA_LIB/kernel-log.sh"
-# shellcheck source=tests/lib/state.sh
+# shellcheck source=state.sh
 . "$RSRDMA_LIB/state.sh"
-# shellcheck source=tests/lib/io.sh
+# shellcheck source=io.sh
 . "$RSRDMA_LIB/io.sh"
-# shellcheck source=tests/lib/link-loss.sh
+# shellcheck source=link-loss.sh
 . "$RSRDMA_LIB/link-loss.sh"
-# shellcheck source=tests/lib/hostile.sh
+# shellcheck source=hostile.sh
 . "$RSRDMA_LIB/hostile.sh"
 
 # A test script (tests/NN-*.sh) runs under the suite's supervision: see suite.sh.

@@ -4,7 +4,6 @@
 # The guest tests' helpers: soft-RoCE (rdma_rxe) on the guest's network device.
 # Sourced by tests/lib/common.sh, not run.
 
-
 _rxe_active() { rdma link show "$RXE_NAME/1" 2>/dev/null | grep -q 'state ACTIVE'; }
 
 rxe_setup() {

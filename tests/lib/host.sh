@@ -121,7 +121,10 @@ path_dev() {
 
 # hw_queues CTRL: the number of blk-mq hardware queues of the path device of controller CTRL (a
 # sysfs path: /sys/class/nvme/nvmeN).
-hw_queues() { ls -d "$1/$(path_dev "$1")/mq/"* 2>/dev/null | wc -l; }
+hw_queues() {
+	local q=("$1/$(path_dev "$1")/mq/"*)
+	if [ -e "${q[0]}" ]; then echo ${#q[@]}; else echo 0; fi
+}
 
 # nvme_dev_for_nqn NQN: print /dev/nvmeXnY, the block device of the first namespace of the
 # subsystem NQN as seen through a connected controller (the multipath head node when native
@@ -129,7 +132,7 @@ hw_queues() { ls -d "$1/$(path_dev "$1")/mq/"* 2>/dev/null | wc -l; }
 nvme_dev_for_nqn() {
 	local nqn=$1 c s n name
 	for c in /sys/class/nvme/nvme*; do
-		[ -r "$c/subsysnqn" ] && [ "$(cat "$c/subsysnqn")" = "$nqn" ] || continue
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] || continue
 		# Multipath: the namespace head lives under the subsystem (nvme-subsysN/nvmeNnM).
 		for s in /sys/class/nvme-subsystem/nvme-subsys*; do
 			[ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$nqn" ] || continue

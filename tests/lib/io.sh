@@ -4,7 +4,6 @@
 # The guest tests' helpers: verified I/O with fio.
 # Sourced by tests/lib/common.sh, not run.
 
-
 # fio_verify DEV SECONDS [FIO ARGS...]: mixed random read/write with crc32c verification, direct
 # I/O on io_uring (libaio if fio lacks it), on the first 32 MiB of DEV (at most the device), 4 KiB
 # blocks, queue depth 16. Extra arguments come last, so they override these. Non-zero on any I/O

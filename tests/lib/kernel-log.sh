@@ -106,6 +106,9 @@ dmesg_after() {
 	fi
 }
 
+# log_has MARK TEXT: the kernel log after MARK holds TEXT (for wait_for).
+log_has() { dmesg_after "$1" | grep -qF -- "$2"; }
+
 # dmesg_mark: the test's mark, which dmesg_since_mark and dmesg_check_clean read from.
 dmesg_mark() {
 	_kmemleak clear || true

@@ -144,9 +144,9 @@ ktap_diag() {
 
 # run_diag CMD...: run CMD with its stdout and stderr as diagnostic lines; CMD's status.
 run_diag() {
-	local out rc=0
-	out=$("$@" 2>&1) || rc=$?
-	[ -z "$out" ] || ktap_diag "$out"
+	local output rc=0
+	output=$("$@" 2>&1) || rc=$?
+	[ -z "$output" ] || ktap_diag "$output"
 	return $rc
 }
 

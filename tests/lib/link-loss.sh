@@ -4,7 +4,6 @@
 # The guest tests' helpers: link loss: connects with any option, controller states, target ports going away, an I/O probe.
 # Sourced by tests/lib/common.sh, not run.
 
-
 # fabrics_connect OPTIONS: connect by writing OPTIONS to /dev/nvme-fabrics, for options nvme-cli
 # lacks (fast_io_fail_tmo); prints the controller name (nvmeN). The controller stays.
 fabrics_connect() {

@@ -4,11 +4,10 @@
 # The guest tests' helpers: what a test leaves behind, and the reset of the guest.
 # Sourced by tests/lib/common.sh, not run.
 
-
 # leftovers: print, one per line, what a test must not leave behind (modules of the test stack,
 # fabrics controllers, RDMA links, target configuration); nothing when the guest is clean.
 leftovers() {
-	local m c
+	local m c d
 	for m in nvme_rsrdma nvme_rdma nvmet_rdma nvme_loop nvmet null_blk rdma_rxe; do
 		_module_loaded "$m" && echo "module $m"
 	done
@@ -17,7 +16,9 @@ leftovers() {
 			echo "controller ${c##*/} ($(cat "$c/transport") $(cat "$c/subsysnqn" 2>/dev/null))"
 	done
 	rdma link show 2>/dev/null | awk '{ print "rdma link " $2 }'
-	[ -d "$NULLB_CFS" ] && ls "$NULLB_CFS" | grep -v '^features$' | sed 's/^/null_blk /'
+	for d in "$NULLB_CFS"/*; do
+		[ -d "$d" ] && echo "null_blk ${d##*/}"
+	done
 	mountpoint -q "$TARGET_TMPFS" 2>/dev/null && echo "mount $TARGET_TMPFS"
 	ip -6 -o addr show dev "$RXE_NETDEV" 2>/dev/null |
 		awk -v a="$TARGET_ADDR6/64" -v l="$TARGET_LL6/64" '$4 == a || $4 == l { print "address " $4 }'

@@ -54,7 +54,7 @@ suite_mode() {
 suite_tests() {
 	local f v
 	for f in "$SUITE_DIR"/[0-9][0-9]-*.sh; do
-		[ -f "$f" ] && [ ! -L "$f" ] || continue
+		if [ ! -f "$f" ] || [ -L "$f" ]; then continue; fi
 		echo "${f##*/}"
 		for v in "${f%.sh}"-*.sh; do
 			[ -L "$v" ] && [ "$(readlink "$v")" = "${f##*/}" ] && echo "${v##*/}"
@@ -66,7 +66,7 @@ suite_tests() {
 suite_select() {
 	local t
 	while read -r t; do
-		[[ " ${RSRDMA_MODES:-rsrdma dropin} " == *" $(RSRDMA_MODE= suite_mode "$t") "* ]] || continue
+		[[ " ${RSRDMA_MODES:-rsrdma dropin} " == *" $(RSRDMA_MODE='' suite_mode "$t") "* ]] || continue
 		[ -z "${RSRDMA_TESTS:-}" ] || [[ ${t%.sh} =~ $RSRDMA_TESTS ]] || continue
 		echo "$t"
 	done < <(suite_tests)

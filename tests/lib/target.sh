@@ -110,7 +110,6 @@ target_teardown() {
 # ($TARGET_LL6) address on $RXE_NETDEV, each with its RoCE v2 GID in rxe's table, and nvmet
 # ports 2 and 3 exporting $NQN_NULL on them at $TARGET_PORT. target_ipv6_teardown removes the
 # ports and the addresses (target_teardown removes the ports too).
-export TARGET_ADDR6=fd00::15 TARGET_LL6=fe80::15
 
 _rxe_has_gid() { # ADDRESS
 	local full
