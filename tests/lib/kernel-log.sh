@@ -9,7 +9,7 @@
 # of the log as diagnostics, if anything after the mark looks like a kernel problem report
 # (DMESG_BAD: WARN/BUG/Oops, KASAN, UBSAN, lockdep, debugobjects, RCU stalls, hung tasks, Rust
 # panics), or if kmemleak_check finds a leak of ours. The mark clears kmemleak's earlier reports.
-# kernel_check is what the suite runner checks after every test (tests/guest-suite.sh).
+# kernel_check is what the suite checks after every test (suite_supervise in tests/lib/suite.sh).
 
 DMESG_BAD='WARNING:|BUG:|kernel BUG|Oops|KASAN|UBSAN|ODEBUG|panicked at|Kernel panic|general protection fault|possible recursive locking|circular locking|inconsistent lock state|non-static key|INFO: task .* blocked|rcu: INFO|detected stall|Call Trace'
 # The text of every nvme_rsrdma loaded since boot, one "LOW HIGH" line each (16 hex digits):
