@@ -4,7 +4,8 @@
 # `make test`: everything, from the host. Phases, each timed:
 #   deps      scripts/deps.sh
 #   kernel    the cached guest kernel (scripts/kernel.sh $KERNEL), or check KDIR=
-#   lint      scripts/lint.sh: rustfmt, clippy, checkpatch, SAFETY comments (KTAP, counted)
+#   lint      scripts/lint.sh: rustfmt, clippy, checkpatch, SAFETY comments, shellcheck (KTAP,
+#             counted)
 #   module    make modules
 #   host      host unit tests: cargo test --manifest-path tests/host/Cargo.toml
 #   target    cargo build --release of tests/target (rsrdma-target, run in the guest by 06-hostile)
@@ -44,7 +45,7 @@ cd "$repo" || exit 1
 
 passed=0 failed=0 skipped=0
 timings=()
-# The summary's KTAP results, one "ok|not ok|skip TEXT" each (see report).
+# The summary's results, "ok TEXT", "not ok TEXT" or "ok TEXT # SKIP" each (see report).
 summary_lines=()
 
 # phase NAME CMD...: run a timed phase; its status.
@@ -85,8 +86,8 @@ kernel_phase() {
 		kdir=$(scripts/kernel.sh "${KERNEL:-default}")
 	fi
 }
-# --- lint: rustfmt, clippy, checkpatch, SAFETY comments (before the module build, which then
-# rebuilds with rustc what clippy-driver built) ---
+# --- lint: rustfmt, clippy, checkpatch, SAFETY comments, shellcheck (before the module build,
+# which then rebuilds with rustc what clippy-driver built) ---
 lint_phase() {
 	local p f
 	# A kernel built by clang (the debug flavour) needs LLVM=1 for the module build under clippy.

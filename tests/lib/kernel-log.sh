@@ -164,7 +164,7 @@ dmesg_check_clean() {
 	return $rc
 }
 
-# kernel_check: the suite runner's check after each test and its clean-up, dmesg_check_clean on
+# kernel_check: the suite's check after each test and its clean-up, dmesg_check_clean on
 # kmemleak kernels after a wait, so that what the test freed or leaked last is old enough to be
 # reported (kmemleak skips objects younger than 5 s).
 kernel_check() {
