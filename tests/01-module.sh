@@ -118,7 +118,8 @@ done
 if [ -z "$failed_at" ]; then
 	ktap_test_pass "load_unload_${CYCLES}_times"
 else
-	ktap_diag "load_unload_${CYCLES}_times: failed at $failed_at"; ktap_test_fail "load_unload_${CYCLES}_times"
+	ktap_diag "load_unload_${CYCLES}_times: failed at $failed_at"
+	ktap_test_fail "load_unload_${CYCLES}_times"
 fi
 
 # --- dropin=1: registers "rdma" instead of "rsrdma" ---

@@ -73,7 +73,11 @@ paths_moved() {
 # lose NAME CTRL PATH OTHER_PATH DOWN_CMD UP_CMD: one port away and back with I/O running.
 lose() {
 	local name=$1 ctrl=$2 path=$3 other=$4 down=$5 up=$6 t
-	eval "$down" || { ktap_diag "$name: port removed, I/O goes on: '$down' failed"; ktap_test_fail "$name: port removed, I/O goes on"; return; }
+	if ! eval "$down"; then
+		ktap_diag "$name: port removed, I/O goes on: '$down' failed"
+		ktap_test_fail "$name: port removed, I/O goes on"
+		return
+	fi
 	if wait_for 30 not_live "$ctrl"; then
 		ktap_diag "$ctrl: $(ctrl_state "$ctrl") after its port went away"
 		ktap_check "$name: port removed, $ctrl leaves live, I/O goes on over $other" moved "$other" 3
@@ -81,7 +85,11 @@ lose() {
 		ktap_diag "$name: port removed, $ctrl leaves live, I/O goes on over $other: $ctrl stayed live"
 		ktap_test_fail "$name: port removed, $ctrl leaves live, I/O goes on over $other"
 	fi
-	eval "$up" || { ktap_diag "$name: port back, $ctrl live and carrying I/O: '$up' failed"; ktap_test_fail "$name: port back, $ctrl live and carrying I/O"; return; }
+	if ! eval "$up"; then
+		ktap_diag "$name: port back, $ctrl live and carrying I/O: '$up' failed"
+		ktap_test_fail "$name: port back, $ctrl live and carrying I/O"
+		return
+	fi
 	t=$SECONDS
 	if wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live; then
 		ktap_diag "$ctrl: live again $((SECONDS - t)) s after its port came back"

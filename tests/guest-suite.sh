@@ -9,7 +9,7 @@
 # First, as "# " lines: the kernel and its checks, kmemleak's reports from boot cleared (they
 # are not the tests'), and a check that the kernel log check catches a report injected here:
 # if it does not, "Bail out!" (every test's kernel check would pass whatever the kernel
-# logged; ktap_exit_fail_msg). Then the runner's KTAP, also kept in $RSRDMA_OUT/results.ktap. What the suite adds
+# logged). Then the runner's KTAP, also kept in $RSRDMA_OUT/results.ktap. What the suite adds
 # per test (its own timeout, host mode, checks, logs and counts) is in tests/lib/suite.sh.
 set -u
 

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # shellcheck shell=bash
 #
-# The guest tests' helpers: link loss: connects with any option, controller states, target ports going away, an I/O probe.
+# The guest tests' helpers for link loss: connects with any option, controller states, target
+# ports going away, an I/O probe.
 # Sourced by tests/lib/common.sh, not run.
 
 # fabrics_connect OPTIONS: connect by writing OPTIONS to /dev/nvme-fabrics, for options nvme-cli
