@@ -19,6 +19,7 @@
 # BENCH_JOBS (a subset of the job names below, default all; the own target runs OWN_JOBS),
 # BENCH_RAW (1; 0 skips the raw rxe runs, for quick comparisons of the transports alone).
 set -u
+# shellcheck source=../tests/lib/common.sh
 . "$RSRDMA_REPO/tests/lib/common.sh"
 
 ROUNDS=${BENCH_ROUNDS:-4}
@@ -99,12 +100,13 @@ note() { echo "bench: $*" >&2; }
 # 4 KiB blocks), memory backed or not, exported as $NQN_BENCH-<transport> on port 1 next to the
 # test subsystems.
 bench_target() { # null|mem
-	local t d s
+	local t d s backed=0
+	[ "$1" = mem ] && backed=1
 	bench_target_remove
 	for t in $TRANSPORTS; do
 		d=$NULLB_CFS/rsrdma_bench_$t s=$NVMET_CFS/subsystems/$(sub_nqn "$t")
 		mkdir "$d" && echo 512 >"$d/size" && echo 4096 >"$d/blocksize" &&
-			echo "$([ "$1" = mem ] && echo 1 || echo 0)" >"$d/memory_backed" &&
+			echo "$backed" >"$d/memory_backed" &&
 			echo 1 >"$d/power" || return 1
 		wait_for 10 test -b "/dev/rsrdma_bench_$t" || return 1
 		mkdir "$s" && echo 1 >"$s/attr_allow_any_host" && mkdir "$s/namespaces/1" &&
@@ -226,7 +228,10 @@ raw_kernel() {
 	raw_record "rdma_$mode" kernel "$mode" softirq "$qps" "$bw" "$log"
 }
 
-rxe_setup && target_setup || { note "set-up failed"; exit 1; }
+if ! rxe_setup || ! target_setup; then
+	note "set-up failed"
+	exit 1
+fi
 modprobe -a nvme-fabrics rdma_cm nvme-rdma
 rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
 netdev_mtu=$(cat "/sys/class/net/$RXE_NETDEV/mtu")

@@ -21,6 +21,10 @@ debs=(
 	linux-perf
 	# documentation checks
 	python3-docutils
+	# shell checks (scripts/lint.sh)
+	shellcheck
+	# the kselftest install of the guest suite (the kernel's lib.mk copies with rsync)
+	rsync
 )
 
 missing=()

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
+# shellcheck shell=bash
 # Shared settings for the scripts. Sourced, not run.
+# shellcheck disable=SC2034 # the settings are for the scripts that source this file
 
 BINDGEN_VERSION=0.69.5
 VIRTME_NG_VERSION=1.42

@@ -5,7 +5,8 @@
 # clippy with the kernel's lint set (a CLIPPY=1 module build with the distribution's
 # clippy-driver, which matches the rustc the kernel was built with), checkpatch on the C glue
 # and the benchmark's kernel-side tool (which must also build with W=1 without a warning),
-# clippy on the host crate, SAFETY comments on every unsafe block, and the documentation
+# clippy on the host crate, rustfmt and clippy on the test target (tests/target), SAFETY
+# comments on every unsafe block, shellcheck on every shell script, and the documentation
 # (Documentation/*.rst through docutils, warnings are errors: scripts/docs.sh).
 #
 #   scripts/lint.sh KDIR
@@ -16,19 +17,20 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 kdir=${1:?usage: lint.sh KDIR}
 cd "$repo" || exit 1
-n=0 failed=0
+# The kernel's own KTAP helpers, from the tree (tests/lib/ktap.sh).
+KSFT_DIR=$kdir/tools/testing/selftests
+# shellcheck source=../tests/lib/ktap.sh
+. "$repo/tests/lib/ktap.sh"
 
 check() { # NAME CMD...: one KTAP case from CMD's status; its output as diagnostics on failure
 	local name=$1 out rc=0
 	shift
-	n=$((n + 1))
 	out=$("$@" 2>&1) || rc=$?
 	if ((rc == 0)); then
-		echo "ok $n $name"
+		ktap_test_pass "$name"
 	else
-		failed=$((failed + 1))
-		sed 's/^/# /' <<<"$out" | head -n 40
-		echo "not ok $n $name"
+		head -n 40 <<<"$out" | ktap_diag
+		ktap_test_fail "$name"
 	fi
 }
 
@@ -78,14 +80,41 @@ safety_comments() {
 	[ -z "$missing" ] || { echo "unsafe blocks without a SAFETY comment:"; echo "$missing"; return 1; }
 }
 
-echo "KTAP version 1"
-echo "1..7"
+# Every shell script of the repository (the symbolic links to tests, which run them in another
+# mode, are the scripts they point to), with the files they source (-x).
+shell_scripts() {
+	git ls-files -s | awk '$1 != "120000" { print $4 }' | while read -r f; do
+		case "$f" in
+		*.sh | .ci/run) echo "$f" ;;
+		*) head -n1 "$f" | grep -qE '^#!.*\b(ba)?sh\b' && echo "$f" ;;
+		esac
+	done
+}
+
+shellcheck_all() {
+	local files
+	mapfile -t files < <(shell_scripts)
+	shellcheck -x "${files[@]}"
+}
+
+target_rustfmt() {
+	rustfmt --edition 2021 --check tests/target/src/main.rs
+}
+
+target_clippy() {
+	cargo clippy -q --release --manifest-path tests/target/Cargo.toml --all-targets -- -D warnings
+}
+
+ktap_print_header
+ktap_set_plan 10
 check "rustfmt" rustfmt_check
 check "clippy (module, kernel lints)" clippy_module
 check "checkpatch (C glue, bench tool)" checkpatch
 check "bench tool builds without warnings (W=1)" rawbw_build
 check "clippy (host crate)" clippy_host
+check "rustfmt (test target)" target_rustfmt
+check "clippy (test target)" target_clippy
 check "SAFETY comment on every unsafe block" safety_comments
+check "shellcheck -x (every shell script)" shellcheck_all
 check "documentation builds without warnings (docutils)" scripts/docs.sh
-echo "# lint: $((n - failed)) passed, $failed failed"
-((failed == 0))
+ktap_finished

@@ -22,7 +22,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
-timeout_s=900 cpus=2 memory=3G out= icount= append="printk.time=1 sysctl.kernel.hung_task_timeout_secs=60"
+timeout_s=900 cpus=2 memory=3G out='' icount='' append="printk.time=1 sysctl.kernel.hung_task_timeout_secs=60"
 while getopts "t:c:m:o:a:i:" opt; do
 	case "$opt" in
 	t) timeout_s=$OPTARG ;;
@@ -51,6 +51,7 @@ rm -f "$out/exit" "$out/guest.log" "$out/dmesg.log"
 
 # The guest-side wrapper: run the command with its output in guest.log, then record the
 # status and the kernel log. The shared folder is the only reliable channel back under TCG.
+# shellcheck disable=SC2016 # the single-quoted lines are the wrapper's own, expanded there
 {
 	echo '#!/bin/bash'
 	echo "export RSRDMA_REPO=$(printf %q "$repo") RSRDMA_OUT=$(printf %q "$out")"
@@ -89,11 +90,13 @@ if [ -n "$icount" ]; then
 	# refuses it with thread=multi). sleep=off is the mode that jumps an idle guest's clock
 	# to its next timer (QEMU's own -icount help had sleep=on and off the wrong way round).
 	accel=tcg
+	# shellcheck disable=SC2054 # QEMU's option values hold commas
 	accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=single
 		--qemu-opt=-icount --qemu-opt="shift=$icount,sleep=off")
 else
 	accel=$("$here/accel.sh" "$kdir")
 	if [ "$accel" = tcg ]; then
+		# shellcheck disable=SC2054 # QEMU's option value holds a comma
 		accel_opts=(--disable-kvm --qemu-opt=-accel --qemu-opt=tcg,thread=multi)
 	fi
 fi
@@ -110,6 +113,7 @@ tailer=
 # If this script is interrupted or killed, stop the guest too: timeout runs in its own process
 # group, so a Ctrl-C or a CI cancel would not reach it and the guest would run on until the
 # timeout. timeout passes the TERM on to vng.
+# shellcheck disable=SC2317 # run by the trap below
 stop_guest() {
 	trap - INT TERM HUP
 	kill -TERM "$vm" 2>/dev/null && log "interrupted: stopping the guest"

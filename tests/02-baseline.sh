@@ -19,8 +19,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-ktap_header
-ktap_plan 10
+ktap_print_header
+ktap_set_plan 10
 
 rsrdma_unload
 module_unload nvme_rdma
@@ -30,25 +30,30 @@ dmesg_mark
 up=1 dev=
 need() { # need NAME: 0 if the prerequisites hold, else report NAME skipped
 	((up)) && return 0
-	ktap_skip "$1" "an earlier step failed"
+	ktap_diag "$1: an earlier step failed"
+	ktap_test_skip "$1"
 	return 1
 }
-failed() { ktap_fail "$@"; up=0; }
+failed() { # failed NAME [REASON]
+	[ -z "${2:-}" ] || ktap_diag "$1: $2"
+	ktap_test_fail "$1"
+	up=0
+}
 
 if rxe_setup && target_setup; then
 	ktap_diag "$(rdma link show "$RXE_NAME/1")"
-	ktap_ok "target_up"
+	ktap_test_pass "target_up"
 else
 	failed "target_up" "rxe or nvmet-rdma setup failed"
 fi
 
 if need "load_nvme_rdma"; then
-	if modprobe nvme-rdma; then ktap_ok "load_nvme_rdma"; else failed "load_nvme_rdma"; fi
+	if modprobe nvme-rdma; then ktap_test_pass "load_nvme_rdma"; else failed "load_nvme_rdma"; fi
 fi
 
 if need "connect"; then
 	if run_diag nvme connect -t rdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL"; then
-		ktap_ok "connect"
+		ktap_test_pass "connect"
 	else
 		failed "connect"
 	fi
@@ -58,7 +63,7 @@ if need "namespace_appears"; then
 	if wait_for 30 nvme_dev_for_nqn "$NQN_NULL"; then
 		dev=$(nvme_dev_for_nqn "$NQN_NULL")
 		ktap_diag "namespace: $dev"
-		ktap_ok "namespace_appears"
+		ktap_test_pass "namespace_appears"
 	else
 		failed "namespace_appears" "no namespace of $NQN_NULL within 30 s"
 	fi
@@ -69,49 +74,51 @@ if need "nvme_list_size"; then
 	ktap_diag "$list"
 	size=$(blockdev --getsize64 "$dev")
 	if grep -q "^$dev " <<<"$list" && [ "$size" = "$NULL_SIZE" ]; then
-		ktap_ok "nvme_list_size"
+		ktap_test_pass "nvme_list_size"
 	else
-		ktap_fail "nvme_list_size" "$dev: $size bytes (expected $NULL_SIZE), in nvme list: $(grep -c "^$dev " <<<"$list")"
+		ktap_diag "nvme_list_size: $dev: $size bytes (expected $NULL_SIZE), in nvme list: $(grep -c "^$dev " <<<"$list")"
+		ktap_test_fail "nvme_list_size"
 	fi
 fi
 
 if need "fio_verify_${FIO_SECONDS}s"; then
 	if fio_verify "$dev" "$FIO_SECONDS"; then
-		ktap_ok "fio_verify_${FIO_SECONDS}s"
+		ktap_test_pass "fio_verify_${FIO_SECONDS}s"
 	else
-		ktap_fail "fio_verify_${FIO_SECONDS}s"
+		ktap_test_fail "fio_verify_${FIO_SECONDS}s"
 	fi
 fi
 
 _ctrl_gone() { ! grep -qx "$NQN_NULL" /sys/class/nvme/nvme*/subsysnqn 2>/dev/null; }
 if need "disconnect"; then
 	if run_diag nvme disconnect -n "$NQN_NULL" && wait_for 30 _ctrl_gone; then
-		ktap_ok "disconnect"
+		ktap_test_pass "disconnect"
 	else
-		ktap_fail "disconnect"
+		ktap_test_fail "disconnect"
 	fi
 fi
 
 # These run whatever happened before: they are the cleanup, checked.
 if host_disconnect_all && module_unload nvme_rdma; then
-	ktap_ok "unload_nvme_rdma"
+	ktap_test_pass "unload_nvme_rdma"
 else
-	ktap_fail "unload_nvme_rdma"
+	ktap_test_fail "unload_nvme_rdma"
 fi
 
 target_teardown
 rxe_teardown
 left=$(leftovers)
 if [ -z "$left" ]; then
-	ktap_ok "teardown_leaves_nothing"
+	ktap_test_pass "teardown_leaves_nothing"
 else
-	ktap_fail "teardown_leaves_nothing" "left behind: $(echo $left)"
+	ktap_diag "teardown_leaves_nothing: left behind: $(paste -s -d ' ' <<<"$left")"
+	ktap_test_fail "teardown_leaves_nothing"
 fi
 
 if dmesg_check_clean; then
-	ktap_ok "dmesg_clean"
+	ktap_test_pass "dmesg_clean"
 else
-	ktap_fail "dmesg_clean"
+	ktap_test_fail "dmesg_clean"
 fi
 
-ktap_finish
+ktap_finished

@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Controller lifecycle over the rsrdma transport against the in-kernel nvmet-rdma target:
@@ -45,20 +44,19 @@ refuse() {
 	log=$(dmesg_since_mark | grep -E "$logre" | head -n1)
 	ktap_diag "$opts: $result; log: ${log:-none}"
 	if [ "$result" = "error $want" ] && [ -n "$log" ] && _no_ctrl_for nqn.refused; then
-		ktap_ok "$name"
+		ktap_test_pass "$name"
 	else
-		ktap_fail "$name" "expected \"$want\" and a log line matching /$logre/"
+		ktap_diag "$name: expected \"$want\" and a log line matching /$logre/"
+		ktap_test_fail "$name"
 	fi
 }
 
-ktap_header
-ktap_plan 22
+ktap_print_header
+ktap_set_plan 22
 
-rxe_setup && target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+if ! rxe_setup || ! target_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 ktap_diag "RDMA resources before: $(tr '\n' ' ' <<<"$baseline")"
@@ -67,9 +65,10 @@ ktap_diag "RDMA resources before: $(tr '\n' ' ' <<<"$baseline")"
 out=$(connect "$NQN_NULL")
 ktap_diag "$out"
 if wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null; then
-	ktap_ok "connect"
+	ktap_test_pass "connect"
 else
-	ktap_fail "connect" "no namespace for $NQN_NULL"
+	ktap_diag "connect: no namespace for $NQN_NULL"
+	ktap_test_fail "connect"
 fi
 c=$(ctrl_for "$NQN_NULL")
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
@@ -86,9 +85,10 @@ list=$(nvme list 2>&1)
 ktap_diag "$list"
 size=$(blockdev --getsize64 "$dev" 2>/dev/null)
 if grep -q "${dev}" <<<"$list" && [ "$size" = "$NULL_SIZE" ]; then
-	ktap_ok "nvme list shows the namespace with the right size"
+	ktap_test_pass "nvme list shows the namespace with the right size"
 else
-	ktap_fail "nvme list shows the namespace with the right size" "size $size, want $NULL_SIZE"
+	ktap_diag "nvme list shows the namespace with the right size: size $size, want $NULL_SIZE"
+	ktap_test_fail "nvme list shows the namespace with the right size"
 fi
 
 line=$(dmesg_since_mark | grep -E 'new ctrl: NQN "'"$NQN_NULL"'".*I/O queues of depth [0-9]+, pool [0-9]+ KiB')
@@ -114,15 +114,19 @@ for ((i = 1; i <= CYCLES; i++)); do
 	((failed)) && break
 done
 ktap_diag "$CYCLES connect/disconnect cycles in $((SECONDS - start)) s"
-((failed == 0)) && ktap_ok "$CYCLES connect/disconnect cycles" ||
-	ktap_fail "$CYCLES connect/disconnect cycles"
+if ((failed == 0)); then
+	ktap_test_pass "$CYCLES connect/disconnect cycles"
+else
+	ktap_test_fail "$CYCLES connect/disconnect cycles"
+fi
 
 after=$(rdma_counts)
 ktap_diag "RDMA resources after: $(tr '\n' ' ' <<<"$after")"
 if [ "$after" = "$baseline" ]; then
-	ktap_ok "no RDMA resources leaked"
+	ktap_test_pass "no RDMA resources leaked"
 else
-	ktap_fail "no RDMA resources leaked" "before: $(tr '\n' ' ' <<<"$baseline")"
+	ktap_diag "no RDMA resources leaked: before: $(tr '\n' ' ' <<<"$baseline")"
+	ktap_test_fail "no RDMA resources leaked"
 fi
 
 # --- two controllers -------------------------------------------------------------------------
@@ -141,9 +145,9 @@ if [ -n "$dev1" ] && [ -n "$dev2" ] && [ "$dev1" != "$dev2" ]; then
 	r1=$?
 fi
 if ((r1 == 0 && r2 == 0)); then
-	ktap_ok "two controllers to two subsystems at once"
+	ktap_test_pass "two controllers to two subsystems at once"
 else
-	ktap_fail "two controllers to two subsystems at once"
+	ktap_test_fail "two controllers to two subsystems at once"
 fi
 
 # --- duplicate connect -------------------------------------------------------------------------
@@ -156,9 +160,9 @@ out=$(fabrics_probe "transport=$HOST_TRANSPORT,$assoc")
 log=$(dmesg_since_mark | grep -m1 'already connected')
 ktap_diag "second connect: $(head -n1 <<<"$out"); ${log:-no log line}"
 if [ "$(head -n1 <<<"$out")" = "error Operation already in progress" ] && [ -n "$log" ]; then
-	ktap_ok "duplicate connect refused"
+	ktap_test_pass "duplicate connect refused"
 else
-	ktap_fail "duplicate connect refused"
+	ktap_test_fail "duplicate connect refused"
 fi
 out=$(fabrics_probe "transport=$HOST_TRANSPORT,$assoc,duplicate_connect")
 ktap_diag "with duplicate_connect: $(head -n1 <<<"$out")"
@@ -189,7 +193,11 @@ ipv6_connect() {
 		ok=0
 	fi
 	disconnect "$NQN_NULL" || ok=0
-	((ok)) && ktap_ok "$name" || ktap_fail "$name"
+	if ((ok)); then
+		ktap_test_pass "$name"
+	else
+		ktap_test_fail "$name"
+	fi
 }
 
 if target_ipv6_setup; then
@@ -199,8 +207,10 @@ if target_ipv6_setup; then
 	ipv6_connect "connect over IPv6 (link-local with scope), I/O, address shown with the scope" \
 		"$TARGET_LL6%$RXE_NETDEV" "[$TARGET_LL6]:$TARGET_PORT%$ifindex"
 else
-	ktap_fail "connect over IPv6 (unique-local)" "IPv6 target set-up failed"
-	ktap_fail "connect over IPv6 (link-local with scope)" "IPv6 target set-up failed"
+	ktap_diag "connect over IPv6 (unique-local): IPv6 target set-up failed"
+	ktap_test_fail "connect over IPv6 (unique-local)"
+	ktap_diag "connect over IPv6 (link-local with scope): IPv6 target set-up failed"
+	ktap_test_fail "connect over IPv6 (link-local with scope)"
 fi
 ktap_check "IPv6 target ports and addresses removed" target_ipv6_teardown
 
@@ -213,9 +223,9 @@ ms=$((($(date +%s%N) - start) / 1000000))
 ktap_diag "unreachable: status $rc after $ms ms: $out"
 dmesg_since_mark | grep -E 'rsrdma|nvme' | tail -n 3 | ktap_diag
 if ((rc != 0 && ms < $(scaled 10) * 1000)) && _no_ctrl_for "$NQN_NULL"; then
-	ktap_ok "unreachable address fails within the resolution timeout"
+	ktap_test_pass "unreachable address fails within the resolution timeout"
 else
-	ktap_fail "unreachable address fails within the resolution timeout"
+	ktap_test_fail "unreachable address fails within the resolution timeout"
 fi
 
 # --- refused options ---------------------------------------------------------------------------
@@ -233,10 +243,10 @@ refuse "TCP-only option (hdr_digest)" "$base,hdr_digest" \
 out=$(timeout 60 nvme discover -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" 2>&1)
 ktap_diag "$(grep -E 'subnqn|trtype|traddr' <<<"$out" | sort -u)"
 if grep -q "subnqn: *$NQN_NULL\$" <<<"$out" && grep -q "subnqn: *$NQN_FILE\$" <<<"$out"; then
-	ktap_ok "discovery log page read"
+	ktap_test_pass "discovery log page read"
 else
 	ktap_diag "$out"
-	ktap_fail "discovery log page read"
+	ktap_test_fail "discovery log page read"
 fi
 
 # --- rmmod with controllers connected -----------------------------------------------------------
@@ -245,13 +255,13 @@ connect "$NQN_FILE" >/dev/null
 wait_for 30 nvme_dev_for_nqn "$NQN_FILE" >/dev/null
 ktap_diag "connected before rmmod: $(cat /sys/class/nvme/nvme*/subsysnqn 2>/dev/null | tr '\n' ' ')"
 if timeout 120 rmmod nvme_rsrdma && ! _module_loaded nvme_rsrdma && _no_fabrics_ctrl; then
-	ktap_ok "rmmod deletes connected controllers"
+	ktap_test_pass "rmmod deletes connected controllers"
 else
-	ktap_fail "rmmod deletes connected controllers"
+	ktap_test_fail "rmmod deletes connected controllers"
 fi
 after=$(rdma_counts)
 ktap_diag "RDMA resources after rmmod: $(tr '\n' ' ' <<<"$after")"
 ktap_check "no RDMA resources left after rmmod" test "$after" = "$baseline"
 
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

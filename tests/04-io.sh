@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Data moved through the rsrdma transport: fio with crc32c verification over random reads and
@@ -42,14 +41,12 @@ queues_used() { # DEV
 	grep -o 'qid=[0-9]*' "$TRACING/trace" | sort | uniq -c | awk '{ print $2, $1 }'
 }
 
-ktap_header
-ktap_plan 25
+ktap_print_header
+ktap_set_plan 25
 
-rxe_setup && target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+if ! rxe_setup || ! target_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
@@ -101,6 +98,7 @@ stats_ok() {
 ktap_check "debugfs statistics: RKEY, per-queue commands and bytes, nothing in flight" stats_ok "$stats"
 # The verified runs of 128 KiB and more went out on both I/O queues, not only their own
 # (spread_kib, 128 by default): their data above read back intact.
+# shellcheck disable=SC2016 # an awk program
 ktap_check "large transfers were spread over the I/O queues (debugfs 'spread')" \
 	awk '$1 ~ /^[12]$/ && $10 > 0 { n++ } END { exit !(n >= 1) }' "$stats"
 
@@ -132,7 +130,8 @@ if wait_for 30 nvme_dev_for_nqn "$NQN_FILE" >/dev/null; then
 	fdev=$(nvme_dev_for_nqn "$NQN_FILE")
 	ktap_check "fio verify on a file-backed namespace" fio_verify "$fdev" "$SECS" --bs=4k --iodepth=8
 else
-	ktap_fail "fio verify on a file-backed namespace" "no namespace for $NQN_FILE"
+	ktap_diag "fio verify on a file-backed namespace: no namespace for $NQN_FILE"
+	ktap_test_fail "fio verify on a file-backed namespace"
 fi
 
 # --- commands besides read and write -------------------------------------------------------------
@@ -295,8 +294,8 @@ if port16; then
 	ktap_check "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back" \
 		capsule_case "$dev" 24 5 "copied"
 else
-	ktap_fail "12 KiB write in four pieces goes in a 16 KiB capsule from its own pages and reads back"
-	ktap_fail "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back"
+	ktap_test_fail "12 KiB write in four pieces goes in a 16 KiB capsule from its own pages and reads back"
+	ktap_test_fail "16 KiB write in five pieces goes in a 16 KiB capsule through the pool and reads back"
 fi
 echo 'module nvme_rsrdma func rsrdma_dbg_io -p' >/sys/kernel/debug/dynamic_debug/control
 host_disconnect_all
@@ -312,7 +311,8 @@ dev=$(nvme_dev_for_nqn "$NQN_NULL")
 # waking ksoftirqd (Documentation/design.rst, "The data path"). QD1 reads: about one each.
 iwi() { awk '$1 == "IWI:" { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; print n + 0 }' /proc/interrupts; }
 if [ -z "$(iwi)" ]; then
-	ktap_skip "QD1 reads complete from a self-interrupt" "no IWI line in /proc/interrupts"
+	ktap_diag "QD1 reads complete from a self-interrupt: no IWI line in /proc/interrupts"
+	ktap_test_skip "QD1 reads complete from a self-interrupt"
 else
 	reads=400 iwi0=$(iwi)
 	dd if="$dev" of=/dev/null bs=4k count="$reads" iflag=direct 2>/dev/null
@@ -332,9 +332,9 @@ mapped=$(dmesg_after "$mark_io" | grep -m1 'default/read/poll queues')
 ktap_diag "${mapped:-no queue map line}"
 if grep -qE 'mapped [0-9]+/[0-9]+/1 default/read/poll' <<<"$mapped" &&
 	fio_verify "$dev" "$SECS" --bs=4k --iodepth=8 --hipri --size=8m; then
-	ktap_ok "write and poll queues: polled I/O verifies"
+	ktap_test_pass "write and poll queues: polled I/O verifies"
 else
-	ktap_fail "write and poll queues: polled I/O verifies"
+	ktap_test_fail "write and poll queues: polled I/O verifies"
 fi
 host_disconnect_all
 
@@ -362,13 +362,13 @@ after=$(rdma_counts)
 ktap_diag "disconnect: status $rc after $secs s ($out); fio ended: $((!ended)), status $fio_rc," \
 	"$(grep -cE 'error|err=' /tmp/rsrdma-busy.out) error lines; RDMA resources $(tr '\n' ' ' <<<"$after")"
 if ((rc == 0 && ended == 0 && fio_rc != 0)) && [ -z "$(ctrl_for "$NQN_NULL")" ] && [ "$after" = "$baseline" ]; then
-	ktap_ok "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
+	ktap_test_pass "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
 else
-	ktap_fail "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
+	ktap_test_fail "disconnect with I/O in flight: returns, I/O ends with errors, no RDMA resources left"
 	tail -n 20 /tmp/rsrdma-busy.out | ktap_diag
 fi
 kill -9 "$busy" 2>/dev/null
 rm -f /tmp/rsrdma-busy.out
 
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 1800
 #
 # Link loss with I/O running and verified throughout: netdev flaps, RDMA device removal and
@@ -95,14 +94,12 @@ cycle() {
 	ktap_diag "$name: rkeys $(tr '\n' ' ' <<<"$before")-> $(tr '\n' ' ' <<<"$after"), I/O back after $CYCLE_MS ms"
 }
 
-ktap_header
-ktap_plan 24
+ktap_print_header
+ktap_set_plan 24
 
-rxe_setup && target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+if ! rxe_setup || ! target_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 echo 'module nvme_rsrdma func rsrdma_dbg_pool +p' >/sys/kernel/debug/dynamic_debug/control 2>/dev/null
@@ -135,9 +132,16 @@ for ((i = 1; i <= FLAPS; i++)); do
 	sleep 2
 done
 stats "netdev flaps" "${ms[@]}"
-((ok)) && ktap_ok "$FLAPS netdev flaps: every one recovered, old RKEYs gone" ||
-	ktap_fail "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
-fio_stop && ktap_ok "netdev flaps: fio verify saw no error" || ktap_fail "netdev flaps: fio verify saw no error"
+if ((ok)); then
+	ktap_test_pass "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
+else
+	ktap_test_fail "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
+fi
+if fio_stop; then
+	ktap_test_pass "netdev flaps: fio verify saw no error"
+else
+	ktap_test_fail "netdev flaps: fio verify saw no error"
+fi
 
 # --- RDMA device removal and re-add ---------------------------------------------------------
 fio_start "$dev" --size=16m
@@ -155,9 +159,16 @@ for ((i = 1; i <= REMOVALS; i++)); do
 	sleep 2
 done
 stats "device removals" "${ms[@]}"
-((ok)) && ktap_ok "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected" ||
-	ktap_fail "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
-fio_stop && ktap_ok "device removals: fio verify saw no error" || ktap_fail "device removals: fio verify saw no error"
+if ((ok)); then
+	ktap_test_pass "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
+else
+	ktap_test_fail "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
+fi
+if fio_stop; then
+	ktap_test_pass "device removals: fio verify saw no error"
+else
+	ktap_test_fail "device removals: fio verify saw no error"
+fi
 
 # --- target port removal and re-add, nvmet-rdma reload -----------------------------------------
 fio_start "$dev" --size=16m
@@ -172,14 +183,22 @@ for ((i = 1; i <= PORT_CYCLES; i++)); do
 	sleep 2
 done
 stats "target port removals" "${ms[@]}"
-((ok)) && ktap_ok "$PORT_CYCLES target port removals" || ktap_fail "$PORT_CYCLES target port removals"
+if ((ok)); then
+	ktap_test_pass "$PORT_CYCLES target port removals"
+else
+	ktap_test_fail "$PORT_CYCLES target port removals"
+fi
 if cycle "nvmet-rdma reload" "$ctrl" "target_port_disable; modprobe -r nvmet_rdma; sleep 1" \
 	"modprobe nvmet_rdma && target_port_enable"; then
-	ktap_ok "nvmet-rdma module reload"
+	ktap_test_pass "nvmet-rdma module reload"
 else
-	ktap_fail "nvmet-rdma module reload"
+	ktap_test_fail "nvmet-rdma module reload"
 fi
-fio_stop && ktap_ok "target port removals: fio verify saw no error" || ktap_fail "target port removals: fio verify saw no error"
+if fio_stop; then
+	ktap_test_pass "target port removals: fio verify saw no error"
+else
+	ktap_test_fail "target port removals: fio verify saw no error"
+fi
 
 # --- reset while live, with I/O -----------------------------------------------------------------
 fio_start "$dev" --size=16m
@@ -188,11 +207,15 @@ t=$(now)
 timeout 60 nvme reset "/dev/$ctrl" 2>&1 | ktap_diag
 if ms1=$(recovered "$ctrl" "$t"); then
 	ktap_diag "reset: I/O back after $ms1 ms, rkeys $(tr '\n' ' ' <<<"$before")-> $(our_rkeys | tr '\n' ' ')"
-	ktap_ok "nvme reset with I/O running"
+	ktap_test_pass "nvme reset with I/O running"
 else
-	ktap_fail "nvme reset with I/O running"
+	ktap_test_fail "nvme reset with I/O running"
 fi
-fio_stop && ktap_ok "reset: fio verify saw no error" || ktap_fail "reset: fio verify saw no error"
+if fio_stop; then
+	ktap_test_pass "reset: fio verify saw no error"
+else
+	ktap_test_fail "reset: fio verify saw no error"
+fi
 
 # --- the target changes its number of queues -------------------------------------------------------
 # nvmet drops a subsystem's controllers when its qid_max changes. The host reconnects with the
@@ -223,16 +246,19 @@ if ((n0 > 1)) && out=$(requeue 1 1); then
 fi
 ktap_diag "$out"
 if ((ok)); then
-	ktap_ok "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
+	ktap_test_pass "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
 else
 	ktap_diag "hardware queues before: $n0"
 	dmesg_since_mark | grep -E "$ctrl: " | tail -n 20 | ktap_diag
-	ktap_fail "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
+	ktap_test_fail "target changes its queue count: $n0 -> 1 -> $n0 hardware queues under I/O"
 	# Writing qid_max drops the controllers again: only when it was left changed.
 	[ "$(cat "$qid_max")" = "$qmax" ] || _w "$qmax" "$qid_max"
 fi
-fio_stop && ktap_ok "queue count changes: fio verify saw no error" ||
-	ktap_fail "queue count changes: fio verify saw no error"
+if fio_stop; then
+	ktap_test_pass "queue count changes: fio verify saw no error"
+else
+	ktap_test_fail "queue count changes: fio verify saw no error"
+fi
 
 # --- resets while another RDMA device comes and goes --------------------------------------------
 # A device added or a port coming up brings forward a reconnect attempt that waits out its
@@ -298,9 +324,9 @@ rc=$?
 fail_ms=$((($(date +%s%N) - t0) / 1000000))
 ktap_diag "read during the outage: status $rc after $fail_ms ms (state $(ctrl_state "$ctrl"))"
 if ((rc != 0 && rc != 124 && fail_ms < 5000)); then
-	ktap_ok "link down longer than fast_io_fail_tmo: I/O fails fast"
+	ktap_test_pass "link down longer than fast_io_fail_tmo: I/O fails fast"
 else
-	ktap_fail "link down longer than fast_io_fail_tmo: I/O fails fast"
+	ktap_test_fail "link down longer than fast_io_fail_tmo: I/O fails fast"
 fi
 ip link set "$RXE_NETDEV" up
 wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
@@ -324,9 +350,9 @@ ktap_diag "controller gone after ${gone_after} s; reader status ${dd_rc:-none}"
 ip link set "$RXE_NETDEV" up
 if [ "$(ctrl_state "$ctrl")" = gone ] && ((gone_after < 20)) && [ -n "$dd_rc" ] && [ "$dd_rc" != 0 ] &&
 	[ "$dd_rc" != 124 ]; then
-	ktap_ok "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
+	ktap_test_pass "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
 else
-	ktap_fail "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
+	ktap_test_fail "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
 fi
 
 # --- ctrl_loss_tmo changed through sysfs while reconnecting -------------------------------------
@@ -348,9 +374,9 @@ wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
 ktap_diag "ctrl_loss_tmo -1 written ($written) while reconnecting: $down_state $(scaled 10) s later, $(ctrl_state "$ctrl") once the link is back"
 if [ "$written" = yes ] && [ "$down_state" = connecting ] && in_state "$ctrl" live &&
 	fio_verify "$dev" 3 --size=8m; then
-	ktap_ok "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
+	ktap_test_pass "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
 else
-	ktap_fail "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
+	ktap_test_fail "ctrl_loss_tmo raised through sysfs while reconnecting: controller kept, live again"
 fi
 host_disconnect_all
 
@@ -417,7 +443,7 @@ second_device_cleanup() {
 }
 
 other_device_removed_while_reconnecting() {
-	local added ctrl mark= t rc=0
+	local added ctrl mark='' t rc=0
 	second_device_loss up "$opts,reconnect_delay=20,ctrl_loss_tmo=20" || rc=1
 	if ((rc == 0)); then
 		timeout 60 rdma link delete rsrdma_x || rc=1
@@ -451,7 +477,7 @@ ktap_check "another RDMA device removed while a reconnect waits: the attempt kee
 # handler before or after the watch starts: either way it is no change (the port was down), and
 # a module that took the port for up would log it, or swallow the "active" one.
 port_up_on_device_added_down() {
-	local added ctrl mark= t rc=0
+	local added ctrl mark='' t rc=0
 	second_device_loss down "$opts,reconnect_delay=60,ctrl_loss_tmo=120" || rc=1
 	if ((rc == 0)); then
 		target_port_enable
@@ -486,8 +512,11 @@ ktap_check "a port coming up on a device added while it was down brings the reco
 disconnect_during_device_removal() {
 	local i ctrl pid mark rc=0
 	for ((i = 1; i <= 3; i++)); do
-		ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60") &&
-			wait_for 30 in_state "$ctrl" live || { rc=1; break; }
+		if ! ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60") ||
+			! wait_for 30 in_state "$ctrl" live; then
+			rc=1
+			break
+		fi
 		mark=$(kmsg_mark)
 		timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1 &
 		pid=$!
@@ -541,4 +570,4 @@ ktap_check "connect while the port goes down and the RDMA device is removed" con
 
 ktap_check "module unloads" host_unload
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

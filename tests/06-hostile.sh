@@ -21,7 +21,7 @@ set -u
 
 PAT=/tmp/rsrdma-hostile.pat
 NVME_CORE=/sys/module/nvme_core/parameters
-SAVED_ADMIN_TIMEOUT= SAVED_IO_TIMEOUT=
+SAVED_ADMIN_TIMEOUT='' SAVED_IO_TIMEOUT=''
 
 cleanup() {
 	hostile_stop
@@ -105,7 +105,8 @@ fresh_verify() {
 # reported as skipped. selected NAME: whether to run the case, reporting the skip if not.
 selected() {
 	[ -z "${RSRDMA_HOSTILE_CASES:-}" ] || [[ $1 =~ $RSRDMA_HOSTILE_CASES ]] && return 0
-	ktap_skip "$1" "not selected by RSRDMA_HOSTILE_CASES"
+	ktap_diag "$1: not selected by RSRDMA_HOSTILE_CASES"
+	ktap_test_skip "$1"
 	return 1
 }
 
@@ -139,9 +140,9 @@ case_end() {
 	ktap_diag "$name: $((SECONDS - CASE_START)) s"
 	if ((${#BAD[@]})); then
 		for b in "${BAD[@]}"; do ktap_diag "$name: failed: $b"; done
-		ktap_fail "$name"
+		ktap_test_fail "$name"
 	else
-		ktap_ok "$name"
+		ktap_test_pass "$name"
 	fi
 }
 
@@ -248,21 +249,17 @@ reconnect_fault() {
 	case_end "$name"
 }
 
-ktap_header
-ktap_plan 46
+ktap_print_header
+ktap_set_plan 46
 
-rxe_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+if ! rxe_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
 # Shorter command timeouts for the cases that wait for them (set around those cases only).
 SAVED_ADMIN_TIMEOUT=$(cat "$NVME_CORE/admin_timeout")
 SAVED_IO_TIMEOUT=$(cat "$NVME_CORE/io_timeout")
-if [ ! -x "$HOSTILE_BIN" ]; then
-	ktap_diag "$HOSTILE_BIN missing (tests/run.sh builds it: cargo build --release --manifest-path tests/target/Cargo.toml)"
-	exit 1
-fi
+[ -x "$HOSTILE_BIN" ] ||
+	bail_out "$HOSTILE_BIN missing (tests/run.sh builds it: cargo build --release --manifest-path tests/target/Cargo.toml)"
 
 # --- polite ---------------------------------------------------------------------------------------
 dmesg_mark
@@ -282,7 +279,10 @@ ktap_check "polite: max_hw_sectors_kb is the transport's 4 MiB" test "$kb" = 409
 # A 4 MiB write and read at LBA 16384 (8 MiB): exactly one command each at the target.
 one_command_each() {
 	local w r
-	write_pattern "$dev" 8 4 && read_check "$dev" 8 4 || { echo "data mismatch"; return 1; }
+	if ! write_pattern "$dev" 8 4 || ! read_check "$dev" 8 4; then
+		echo "data mismatch"
+		return 1
+	fi
 	sleep 0.5
 	w=$(grep -E '^q[0-9]+ cid \S+ write slba (1[6-9]|2[0-4])[0-9]{3} ' "$HOSTILE_VLOG")
 	r=$(grep -E '^q[0-9]+ cid \S+ read slba (1[6-9]|2[0-4])[0-9]{3} ' "$HOSTILE_VLOG")
@@ -453,4 +453,4 @@ stale_rkey() {
 stale_rkey
 
 ktap_check "module unloads at the end" host_unload
-ktap_finish
+ktap_finished

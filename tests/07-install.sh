@@ -47,13 +47,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-ktap_header
+ktap_print_header
 if [ ! -f "$STAGED" ]; then
-	ktap_plan 1
-	ktap_skip "install" "no staged module at $STAGED (make install runs in tests/run.sh)"
-	ktap_finish
+	ktap_set_plan 1
+	ktap_diag "install: no staged module at $STAGED (make install runs in tests/run.sh)"
+	ktap_test_skip "install"
+	ktap_finished
 fi
-ktap_plan 14
+ktap_set_plan 14
 
 rsrdma_unload
 module_unload nvme_rdma
@@ -110,8 +111,11 @@ ok=1
 for m in nvme-fabrics nvme-core rdma_cm ib_core; do
 	grep -q "/$m.ko" <<<"$deps" || ok=0
 done
-((ok)) && ktap_ok "installed with depmod: dependencies resolved (nvme-fabrics, nvme-core, rdma_cm, ib_core)" ||
-	ktap_fail "installed with depmod: dependencies resolved (nvme-fabrics, nvme-core, rdma_cm, ib_core)"
+if ((ok)); then
+	ktap_test_pass "installed with depmod: dependencies resolved (nvme-fabrics, nvme-core, rdma_cm, ib_core)"
+else
+	ktap_test_fail "installed with depmod: dependencies resolved (nvme-fabrics, nvme-core, rdma_cm, ib_core)"
+fi
 
 # modprobe by name, with parameters, pulls in its dependencies; modprobe -r takes it out again.
 modprobe_params() {
@@ -187,7 +191,8 @@ if rxe_setup && target_setup; then
 		pool_param_clamped
 else
 	for n in "autoload" "disconnect" "drop-in autoload" "drop-in disconnect" "io_pool_mib=64"; do
-		ktap_fail "$n" "soft-RoCE or the nvmet-rdma target did not come up"
+		ktap_diag "$n: soft-RoCE or the nvmet-rdma target did not come up"
+		ktap_test_fail "$n"
 	done
 fi
 
@@ -198,4 +203,4 @@ rxe_teardown
 restore_moddir
 ktap_check "module directory restored" test -L "$MODDIR"
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

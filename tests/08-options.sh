@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Bad and edge-case connect options, written to /dev/nvme-fabrics (as nvme-cli does) and some
@@ -62,14 +61,12 @@ cases=(
 	"unknown subsystem (Connect refused, DNR)|transport=$T,$A,nqn=nqn.2026-11.io.rsrdma:none|error *|failed to connect queue: 0|Connect Invalid"
 )
 
-ktap_header
-ktap_plan $((${#cases[@]} + 4))
+ktap_print_header
+ktap_set_plan $((${#cases[@]} + 4))
 
-rxe_setup && target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+if ! rxe_setup || ! target_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 ktap_diag "RDMA resources before: $(tr '\n' ' ' <<<"$baseline")"
@@ -100,9 +97,10 @@ for c in "${cases[@]}"; do
 	[ "$now_counts" = "$baseline" ] || { ok=0; ktap_diag "RDMA resources now: $(tr '\n' ' ' <<<"$now_counts")"; }
 	ktap_diag "$name: ${result} in ${ms} ms; log: ${log:-none}"
 	if ((ok)); then
-		ktap_ok "$name"
+		ktap_test_pass "$name"
 	else
-		ktap_fail "$name" "expected $want and a log line matching /$logre/"
+		ktap_diag "$name: expected $want and a log line matching /$logre/"
+		ktap_test_fail "$name"
 	fi
 done
 
@@ -136,7 +134,7 @@ unload_waits_for_fabrics_fd() {
 		exec rmmod nvme_rsrdma
 	) &
 	pid=$!
-	if wait_for 30 eval 'dmesg_after "$mark" | grep -q "waiting for 1 controller(s) still referenced"'; then
+	if wait_for 30 log_has "$mark" "waiting for 1 controller(s) still referenced"; then
 		sleep 1
 		if kill -0 "$pid" 2>/dev/null; then
 			ktap_diag "rmmod waits while the descriptor is open"
@@ -163,4 +161,4 @@ unload_waits_for_fabrics_fd() {
 }
 ktap_check "module unload waits for a controller an open /dev/nvme-fabrics holds" unload_waits_for_fabrics_fd
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

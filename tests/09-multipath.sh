@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 900
 #
 # Native NVMe multipath over the transport: one subsystem reached through two nvmet ports, port
@@ -74,37 +73,46 @@ paths_moved() {
 # lose NAME CTRL PATH OTHER_PATH DOWN_CMD UP_CMD: one port away and back with I/O running.
 lose() {
 	local name=$1 ctrl=$2 path=$3 other=$4 down=$5 up=$6 t
-	eval "$down" || { ktap_fail "$name: port removed, I/O goes on" "'$down' failed"; return; }
+	if ! eval "$down"; then
+		ktap_diag "$name: port removed, I/O goes on: '$down' failed"
+		ktap_test_fail "$name: port removed, I/O goes on"
+		return
+	fi
 	if wait_for 30 not_live "$ctrl"; then
 		ktap_diag "$ctrl: $(ctrl_state "$ctrl") after its port went away"
 		ktap_check "$name: port removed, $ctrl leaves live, I/O goes on over $other" moved "$other" 3
 	else
-		ktap_fail "$name: port removed, $ctrl leaves live, I/O goes on over $other" "$ctrl stayed live"
+		ktap_diag "$name: port removed, $ctrl leaves live, I/O goes on over $other: $ctrl stayed live"
+		ktap_test_fail "$name: port removed, $ctrl leaves live, I/O goes on over $other"
 	fi
-	eval "$up" || { ktap_fail "$name: port back, $ctrl live and carrying I/O" "'$up' failed"; return; }
+	if ! eval "$up"; then
+		ktap_diag "$name: port back, $ctrl live and carrying I/O: '$up' failed"
+		ktap_test_fail "$name: port back, $ctrl live and carrying I/O"
+		return
+	fi
 	t=$SECONDS
 	if wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live; then
 		ktap_diag "$ctrl: live again $((SECONDS - t)) s after its port came back"
 		ktap_check "$name: port back, $ctrl live and carrying I/O" moved "$path" 3
 	else
-		ktap_fail "$name: port back, $ctrl live and carrying I/O" "state $(ctrl_state "$ctrl")"
+		ktap_diag "$name: port back, $ctrl live and carrying I/O: state $(ctrl_state "$ctrl")"
+		ktap_test_fail "$name: port back, $ctrl live and carrying I/O"
 	fi
 }
 
-ktap_header
-ktap_plan 9
+ktap_print_header
+ktap_set_plan 9
 
-rxe_setup && target_setup && target_ipv6_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+if ! rxe_setup || ! target_setup || ! target_ipv6_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
 # (nvme_core is loaded now, with the fabrics core.)
 if [ "$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)" != Y ]; then
 	for ((i = 0; i < 9; i++)); do
-		ktap_skip "multipath case $((i + 1))" "no native NVMe multipath in this kernel (CONFIG_NVME_MULTIPATH)"
+		ktap_diag "multipath case $((i + 1)): no native NVMe multipath in this kernel (CONFIG_NVME_MULTIPATH)"
+		ktap_test_skip "multipath case $((i + 1))"
 	done
-	ktap_finish
+	ktap_finished
 fi
 dmesg_mark
 baseline=$(rdma_counts)
@@ -117,7 +125,7 @@ done
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL"
 head=$(nvme_dev_for_nqn "$NQN_NULL")
 head=${head#/dev/}
-ctrl4= ctrl6=
+ctrl4='' ctrl6=''
 for c in /sys/class/nvme/nvme*; do
 	[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN_NULL" ] || continue
 	case "$(cat "$c/address")" in
@@ -129,8 +137,8 @@ path4=$(path_of "$ctrl4") path6=$(path_of "$ctrl6")
 ktap_diag "head $head: $ctrl4 (IPv4) path $path4, $ctrl6 (IPv6) path $path6"
 # Paths of head nvmeSnN are nvmeScCnN, C the controller's instance.
 on_head() { [[ $1 =~ ^${head%n*}c[0-9]+n${head##*n}$ ]]; }
-ktap_check "two controllers, one namespace head with a path through each" \
-	eval 'test -b "/dev/$head" && on_head "$path4" && on_head "$path6" && [ "$path4" != "$path6" ]'
+two_paths() { test -b "/dev/$head" && on_head "$path4" && on_head "$path6" && [ "$path4" != "$path6" ]; }
+ktap_check "two controllers, one namespace head with a path through each" two_paths
 
 subsys=$(basename "$(readlink -f "/sys/block/$head/device")")
 echo round-robin >"/sys/class/nvme-subsystem/$subsys/iopolicy" 2>/dev/null
@@ -151,7 +159,11 @@ ktap_check "round-robin I/O over both paths" paths_moved 3
 lose "port 1 (IPv4)" "$ctrl4" "$path4" "$path6" target_port_disable target_port_enable
 lose "port 2 (IPv6)" "$ctrl6" "$path6" "$path4" "target_port_disable 2" "target_port_enable 2"
 
-fio_stop && ktap_ok "fio verify on the head saw no error" || ktap_fail "fio verify on the head saw no error"
+if fio_stop; then
+	ktap_test_pass "fio verify on the head saw no error"
+else
+	ktap_test_fail "fio verify on the head saw no error"
+fi
 
 # --- teardown -----------------------------------------------------------------------------------
 host_disconnect_all
@@ -159,4 +171,4 @@ after=$(rdma_counts)
 ktap_diag "RDMA resources after disconnect: $(tr '\n' ' ' <<<"$after")"
 ktap_check "both paths disconnected, no RDMA resources left" test "$after" = "$baseline"
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

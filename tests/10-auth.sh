@@ -1,6 +1,5 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# rsrdma-modes: rsrdma dropin
 # rsrdma-timeout: 600
 #
 # NVMe in-band authentication (DH-HMAC-CHAP) over the transport. The exchange is the NVMe
@@ -61,23 +60,22 @@ refused() {
 	dmesg_after "$mark" | grep -E 'aborting|authentication failed|auth_(send|receive) failed' |
 		head -n 4 | ktap_diag
 	if grep -qE "$want" <<<"$out" && ((t <= limit)) && wait_for 10 no_ctrl; then
-		ktap_ok "$name"
+		ktap_test_pass "$name"
 	else
-		ktap_fail "$name" "expected /$want/ within $limit s and no controller"
+		ktap_diag "$name: expected /$want/ within $limit s and no controller"
+		ktap_test_fail "$name"
 	fi
 }
 
-ktap_header
-ktap_plan 9
+ktap_print_header
+ktap_set_plan 9
 
 KEY=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
 CKEY=$(nvme gen-dhchap-key -n "$NQN_AUTH" -m 1)
 BAD=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
-rxe_setup && target_setup && auth_target_setup && host_load || {
-	ktap_diag "set-up failed"
-	leftovers | ktap_diag
-	exit 1
-}
+if ! rxe_setup || ! target_setup || ! auth_target_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
 dmesg_mark
 baseline=$(rdma_counts)
 
@@ -95,16 +93,16 @@ refused "wrong secret: refused within seconds, no controller" "rejected|Input/ou
 mark=$(kmsg_mark)
 out=$(auth_connect --dhchap-secret="$KEY" --reconnect-delay=1)
 [ -z "$out" ] || ktap_diag "$out"
-c= dev=
+c='' dev=''
 if wait_for 30 nvme_dev_for_nqn "$NQN_AUTH"; then
 	c=$(ctrl_for "$NQN_AUTH") c=${c##*/} dev=$(nvme_dev_for_nqn "$NQN_AUTH")
 fi
 n=$(authenticated "$mark")
 ktap_diag "controller ${c:-none}, admin queue authentications logged: $n"
 if [ -n "$dev" ] && ((n == 1)) && fio_verify "$dev" 2 --size=4m; then
-	ktap_ok "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
+	ktap_test_pass "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
 else
-	ktap_fail "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
+	ktap_test_fail "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
 fi
 
 # again_after NAME CMD...: CMD takes the controller's connection down; it must come back live,
@@ -114,17 +112,18 @@ again_after() {
 	shift
 	mark=$(kmsg_mark)
 	if [ -z "$c" ] || ! "$@"; then
-		ktap_fail "$name" "no controller, or '$*' failed"
+		ktap_diag "$name: no controller, or '$*' failed"
+		ktap_test_fail "$name"
 		return
 	fi
 	if wait_for "$RECOVERY_TIMEOUT" in_state "$c" live; then
 		n=$(authenticated "$mark")
 		ktap_diag "$name: live, admin queue authentications logged: $n"
-		((n >= 1)) && fio_verify "$dev" 2 --size=4m && ktap_ok "$name" && return
+		((n >= 1)) && fio_verify "$dev" 2 --size=4m && ktap_test_pass "$name" && return
 	else
 		ktap_diag "$name: state $(ctrl_state "$c")"
 	fi
-	ktap_fail "$name"
+	ktap_test_fail "$name"
 }
 # nvme reset reports failure (ENETRESET) when the reset's own reconnect failed and one is
 # scheduled; the controller then comes back through the reconnect path, which this test also
@@ -151,8 +150,8 @@ out=$(auth_connect --dhchap-secret="$KEY" --dhchap-ctrl-secret="$CKEY")
 [ -z "$out" ] || ktap_diag "$out"
 line=$(dmesg_after "$mark" | grep -m1 'qid 0: controller authenticated')
 ktap_diag "${line:-no controller authentication logged}"
-ktap_check "controller secret: the controller authenticates itself" \
-	eval 'wait_for 30 nvme_dev_for_nqn "$NQN_AUTH" && test -n "$line"'
+authenticated() { wait_for 30 nvme_dev_for_nqn "$NQN_AUTH" && test -n "$line"; }
+ktap_check "controller secret: the controller authenticates itself" authenticated
 timeout 60 nvme disconnect -n "$NQN_AUTH" >/dev/null
 wait_for 30 no_ctrl
 refused "wrong controller secret: refused, no controller" "rejected" \
@@ -162,4 +161,4 @@ after=$(rdma_counts)
 ktap_diag "RDMA resources after: $(tr '\n' ' ' <<<"$after")"
 ktap_check "no RDMA resources left" test "$after" = "$baseline"
 ktap_check "kernel log clean" dmesg_check_clean
-ktap_finish
+ktap_finished

@@ -4,30 +4,38 @@
 # `make test`: everything, from the host. Phases, each timed:
 #   deps      scripts/deps.sh
 #   kernel    the cached guest kernel (scripts/kernel.sh $KERNEL), or check KDIR=
-#   lint      scripts/lint.sh: rustfmt, clippy, checkpatch, SAFETY comments (KTAP, counted)
+#   lint      scripts/lint.sh: rustfmt, clippy, checkpatch, SAFETY comments, shellcheck (KTAP,
+#             counted)
 #   module    make modules
 #   host      host unit tests: cargo test --manifest-path tests/host/Cargo.toml
 #   target    cargo build --release of tests/target (rsrdma-target, run in the guest by 06-hostile)
 #   install   make install INSTALL_MOD_PATH=<logs>/stage (installed in the guest by 07-install)
-#   guest     boot the guest (scripts/vm.sh) and run tests/guest-suite.sh in it
+#   suite     the guest suite as the kernel installs a kselftest target: make -C tests
+#             kselftest_install into <logs>/kselftest (tests/Makefile, on the tree's lib.mk)
+#   guest     boot the guest (scripts/vm.sh) and run the kernel's kselftest runner in it,
+#             run_kselftest.sh with -t for each selected test (tests/guest-suite.sh)
 #
 # Counting: every host unit test is one KTAP test case (a "host" document; a missing
 # tests/host/Cargo.toml or a build failure is one failed case); in the guest every KTAP test
-# case of every test script counts (see tests/guest-suite.sh). A failed deps, kernel or module
-# phase is one failed case, and the guest tests it prevents count as failed. A guest that dies
-# or times out counts the tests it did not finish as failed (the cases the unfinished test had
-# not reported, at least one; one for each test never started). The last line is exactly
+# case of every test script counts, with the checks after each (tests/lib/suite.sh: each test's
+# "# NAME: pass:P fail:F skip:S" line). A failed deps, kernel, module or suite phase is one
+# failed case, and the guest tests it prevents count as failed. A guest that bails out, dies or
+# times out counts the tests it did not finish as failed (the cases the unfinished test had not
+# reported, at least one; one for each test never started). The last line is exactly
 # "N passed, N failed", with ", N skipped" appended when any were skipped. Exit status is 0
 # only when nothing failed.
 #
-# Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex> (guest tests to run,
-# see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_TIMEOUT_SCALE (3 on the debug kernel),
-# RSRDMA_WERROR; the tests' own knobs in guest_knobs below go into the guest when set.
-# Logs: out/test-<time>/.
+# Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex> and RSRDMA_MODES
+# (guest tests to run, see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_TIMEOUT_SCALE (3 on
+# the debug kernel), RSRDMA_WERROR; the tests' own knobs in guest_knobs below go into the guest
+# when set. Logs: out/test-<time>/ (guest.log: the guest's output, the runner's KTAP in it;
+# tests/NAME.log, .dmesg, .kcheck: each test's).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../scripts/lib.sh
 . "$here/../scripts/lib.sh"
+# shellcheck source=lib/suite.sh
 . "$here/lib/suite.sh"
 
 run_start=$(date +%s)
@@ -37,6 +45,7 @@ cd "$repo" || exit 1
 
 passed=0 failed=0 skipped=0
 timings=()
+# The summary's results, "ok TEXT", "not ok TEXT" or "ok TEXT # SKIP" each (see report).
 summary_lines=()
 
 # phase NAME CMD...: run a timed phase; its status.
@@ -50,9 +59,9 @@ phase() {
 	return $rc
 }
 
-# What the guest's tests read from the environment besides selection and timeouts: the host
-# modes (tests/lib/suite.sh), the counts of 03, 04 and 05, 06-hostile's case selection.
-guest_knobs=(RSRDMA_MODES RSRDMA_CONNECT_CYCLES RSRDMA_IO_SECONDS RSRDMA_FLAPS RSRDMA_REMOVALS
+# What the guest's tests read from the environment besides selection and timeouts: the counts
+# of 03, 04 and 05, 06-hostile's case selection.
+guest_knobs=(RSRDMA_CONNECT_CYCLES RSRDMA_IO_SECONDS RSRDMA_FLAPS RSRDMA_REMOVALS
 	RSRDMA_PORT_CYCLES RSRDMA_HOSTILE_CASES)
 
 mapfile -t guest_tests < <(suite_select)
@@ -60,7 +69,7 @@ mapfile -t guest_tests < <(suite_select)
 timeout_scale=$(suite_timeout_scale)
 guest_timeout=$((180 * timeout_scale))
 for t in "${guest_tests[@]}"; do
-	guest_timeout=$((guest_timeout + $(suite_timeout "$t")))
+	guest_timeout=$((guest_timeout + $(suite_timeout "tests/$t")))
 done
 
 # --- deps, kernel, module ---
@@ -69,22 +78,18 @@ if ! phase deps scripts/deps.sh; then
 	failed=$((failed + 1))
 	summary_lines+=("not ok deps: scripts/deps.sh failed")
 fi
+kdir=
 kernel_phase() {
 	if [ -n "${KDIR:-}" ]; then
-		scripts/check-kdir.sh "$KDIR" >/dev/null
+		kdir=$(scripts/check-kdir.sh "$KDIR")
 	else
-		scripts/kernel.sh "${KERNEL:-default}" >/dev/null
+		kdir=$(scripts/kernel.sh "${KERNEL:-default}")
 	fi
 }
-# --- lint: rustfmt, clippy, checkpatch, SAFETY comments (before the module build, which then
-# rebuilds with rustc what clippy-driver built) ---
+# --- lint: rustfmt, clippy, checkpatch, SAFETY comments, shellcheck (before the module build,
+# which then rebuilds with rustc what clippy-driver built) ---
 lint_phase() {
-	local kdir p f
-	if [ -n "${KDIR:-}" ]; then
-		kdir=$(scripts/check-kdir.sh "$KDIR") || return 1
-	else
-		kdir=$(scripts/kernel.sh "${KERNEL:-default}") || return 1
-	fi
+	local p f
 	# A kernel built by clang (the debug flavour) needs LLVM=1 for the module build under clippy.
 	if grep -q '^CONFIG_CC_IS_CLANG=y' "$kdir/.config"; then
 		LLVM=1 scripts/lint.sh "$kdir" | tee "$out/lint.ktap"
@@ -111,45 +116,47 @@ fi
 
 # --- host unit tests ---
 host_tests() {
-	local manifest=tests/host/Cargo.toml cargo_out rc=0 p=0 f=0 s=0 n=0 line name result
+	local manifest=tests/host/Cargo.toml cargo_out rc=0 line name result lines=()
 	{
-		echo "KTAP version 1"
-		echo "# host unit tests: cargo test --manifest-path $manifest"
+		# The kernel's KTAP helpers, from its tree when there is one (tests/lib/ktap.sh).
+		KSFT_DIR=${kdir:+$kdir/tools/testing/selftests}
+		# shellcheck source=lib/ktap.sh
+		. tests/lib/ktap.sh
+		ktap_print_header
+		ktap_print_msg "host unit tests: cargo test --manifest-path $manifest"
 		if [ ! -f "$manifest" ]; then
-			echo "1..1"
-			echo "# $manifest is missing"
-			echo "not ok 1 host_unit_tests"
-			f=1
+			ktap_set_plan 1
+			ktap_print_msg "$manifest is missing"
+			ktap_test_fail "host_unit_tests"
 		else
 			cargo_out=$(cargo test --color never --no-fail-fast --manifest-path "$manifest" 2>&1) || rc=$?
 			printf '%s\n' "$cargo_out" >"$out/host.log"
 			mapfile -t lines < <(grep -E '^test .* \.\.\. (ok|FAILED|ignored)' <<<"$cargo_out")
-			echo "1..$(( ${#lines[@]} > 0 ? ${#lines[@]} : 1 ))"
+			ktap_set_plan $((${#lines[@]} > 0 ? ${#lines[@]} : 1))
 			for line in "${lines[@]}"; do
-				n=$((n + 1))
 				name=${line#test }
 				result=${name##* ... }
 				name=${name% ... *}
 				name=${name//#/_}
 				case "$result" in
-				ok) echo "ok $n $name"; p=$((p + 1)) ;;
-				ignored*) echo "ok $n $name # SKIP ignored"; s=$((s + 1)) ;;
-				*) echo "not ok $n $name"; f=$((f + 1)) ;;
+				ok) ktap_test_pass "$name" ;;
+				ignored*) ktap_test_skip "$name" ;;
+				*) ktap_test_fail "$name" ;;
 				esac
 			done
-			if ((rc != 0 && f == 0)); then
+			if ((rc != 0 && KTAP_CNT_FAIL == 0)); then
 				# Did not build, or failed outside any test: one failed case with the reason.
-				grep -E '^(error|warning: unused)|^---- |panicked' <<<"$cargo_out" | head -n 40 | sed 's/^/# /'
-				n=$((n + 1)) f=$((f + 1))
-				echo "not ok $n cargo_test # status $rc"
-			elif ((f)); then
-				sed -n '/^failures:$/,/^test result/p' <<<"$cargo_out" | head -n 80 | sed 's/^/# /'
+				grep -E '^(error|warning: unused)|^---- |panicked' <<<"$cargo_out" | head -n 40 | ktap_diag
+				ktap_print_msg "cargo test: status $rc"
+				ktap_test_fail "cargo_test"
+			elif ((KTAP_CNT_FAIL)); then
+				sed -n '/^failures:$/,/^test result/p' <<<"$cargo_out" | head -n 80 | ktap_diag
 			fi
-			((n > 0)) || { echo "not ok 1 host_unit_tests # no tests found"; f=1; }
+			((${#lines[@]} > 0)) || { ktap_print_msg "no tests found"; ktap_test_fail "host_unit_tests"; }
 		fi
-		echo "# host: pass:$p fail:$f skip:$s"
+		ktap_print_totals
 	} | tee "$out/host.ktap"
-	read -r p f s < <(sed -n 's/^# host: pass:\([0-9]*\) fail:\([0-9]*\) skip:\([0-9]*\)$/\1 \2 \3/p' "$out/host.ktap")
+	read -r p f s < <(sed -n 's/^# Totals: pass:\([0-9]*\) fail:\([0-9]*\) .* skip:\([0-9]*\) .*/\1 \2 \3/p' "$out/host.ktap")
 	p=${p:-0} f=${f:-1} s=${s:-0}
 	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 	summary_lines+=("$( ((f)) && echo "not ok" || echo "ok") host unit tests: $p passed, $f failed, $s skipped")
@@ -190,34 +197,78 @@ if ((build_ok)) && ! phase install install_stage; then
 	summary_lines+=("not ok install: make install INSTALL_MOD_PATH=$out/stage failed (install.log)")
 fi
 
+# --- suite: the guest suite installed as a kselftest target, with the kernel's runner ---
+suite_install() {
+	rm -rf "$out/kselftest"
+	make --no-print-directory -C tests KSFT_DIR="$kdir/tools/testing/selftests" \
+		kselftest_install KSFT_INSTALL_PATH="$out/kselftest" >"$out/suite-install.log" 2>&1 &&
+		return 0
+	tail -n 20 "$out/suite-install.log"
+	return 1
+}
+if ((build_ok)) && ! phase suite suite_install; then
+	failed=$((failed + 1)) build_ok=0
+	summary_lines+=("not ok suite: make -C tests kselftest_install failed (suite-install.log)")
+fi
+
 # --- guest ---
 guest_rc=
 if ((${#guest_tests[@]} == 0)); then
-	log "no guest test matches RSRDMA_TESTS='${RSRDMA_TESTS:-}'"
+	log "no guest test matches RSRDMA_TESTS='${RSRDMA_TESTS:-}' RSRDMA_MODES='${RSRDMA_MODES:-}'"
 elif ((build_ok)); then
 	guest_rc=0
 	knobs=()
 	for v in "${guest_knobs[@]}"; do
 		[ -z "${!v:-}" ] || knobs+=("$v=${!v}")
 	done
+	ksft_args=()
+	for t in "${guest_tests[@]}"; do
+		ksft_args+=(-t "rsrdma:$t")
+	done
+	# The runner's timeout for each test (tests/settings), scaled like the tests' own.
+	if ((timeout_scale > 1)); then
+		ksft_args+=(-o $(($(sed -n 's/^timeout=//p' tests/settings) * timeout_scale)))
+	fi
 	phase guest scripts/vm.sh -t "$guest_timeout" -o "$out" -- \
 		env RSRDMA_TESTS="${RSRDMA_TESTS:-}" RSRDMA_TEST_TIMEOUT="${RSRDMA_TEST_TIMEOUT:-}" \
 		RSRDMA_TIMEOUT_SCALE="$timeout_scale" "${knobs[@]}" \
-		tests/guest-suite.sh || guest_rc=$?
+		tests/guest-suite.sh "$out/kselftest" "${ksft_args[@]}" || guest_rc=$?
 fi
 
-# Account for the guest tests from its summary; what it does not cover failed.
-sval() { local v; v=$(sed -n "s/^$1=//p" "$out/summary" 2>/dev/null | head -n1); echo "${v:-0}"; }
+# Account for the guest tests from the runner's output: each test's result line and the
+# suite's counts before it (tests/lib/suite.sh); what it does not cover failed.
 declare -A finished=()
-if [ -f "$out/summary" ]; then
-	passed=$((passed + $(sval passed))) failed=$((failed + $(sval failed)))
-	skipped=$((skipped + $(sval skipped)))
-	while read -r _ name status p f s secs rc; do
+if [ -f "$out/guest.log" ]; then
+	while read -r name status p f s secs; do
 		finished[$name]=1
-		summary_lines+=("$([ "$status" = fail ] && echo "not ok" || echo "ok") $name: $p passed, $f failed, $s skipped, ${secs} s$([ "$status" = skip ] && echo " # SKIP")")
-	done < <(grep '^test ' "$out/summary")
+		if [ "$p" = - ]; then
+			# No counts: the runner ended the test (its own timeout); count from its log.
+			read -r p f s plan < <(awk -f tests/lib/ktap-count.awk "$out/tests/${name%.sh}.log" 2>/dev/null)
+			p=${p:-0} f=${f:-0} s=${s:-0} plan=${plan:-0}
+			missing=$((plan - p - f - s))
+			f=$((f + (missing > 0 ? missing : (f == 0))))
+			secs="?"
+		elif [ "$status" = fail ] && ((f == 0)); then
+			f=1
+		fi
+		passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+		summary_lines+=("$([ "$status" = fail ] && echo "not ok" || echo "ok") ${name%.sh}: $p passed, $f failed, $s skipped, ${secs} s$([ "$status" = skip ] && echo " # SKIP")")
+	done < <(awk '
+		/^# # [^ ]+: pass:[0-9]+ fail:[0-9]+ skip:[0-9]+ in [0-9]+ s$/ {
+			n = $3; sub(/:$/, "", n)
+			counts[n] = substr($4, 6) " " substr($5, 6) " " substr($6, 6) " " $8
+		}
+		/^(not )?ok [0-9]+ selftests: rsrdma: / {
+			n = $0; sub(/.* selftests: rsrdma: /, "", n); sub(/ .*/, "", n)
+			status = /^not ok/ ? "fail" : (/ # SKIP/ ? "skip" : "ok")
+			key = n; sub(/\.sh$/, "", key)
+			print n, status, (key in counts) ? counts[key] : "- - - -"
+		}' "$out/guest.log")
 fi
-if [ -n "$guest_rc" ] && [ "$(sval complete)" = 1 ] && ! [[ $guest_rc =~ ^(0|1|4)$ ]]; then
+if grep -q '^Bail out!' "$out/guest.log" 2>/dev/null; then
+	failed=$((failed + 1))
+	summary_lines+=("not ok guest: $(grep -m1 '^Bail out!' "$out/guest.log")")
+elif [ -n "$guest_rc" ] && ((guest_rc != 0 && ${#finished[@]} == ${#guest_tests[@]})); then
 	failed=$((failed + 1))
 	summary_lines+=("not ok guest: the suite completed but the guest returned status $guest_rc")
 fi
@@ -227,25 +278,42 @@ for name in "${guest_tests[@]}"; do
 	reason="not run"
 	[ -n "$guest_rc" ] && reason=$([ "$guest_rc" = 124 ] && echo "guest timed out" || echo "guest died (status $guest_rc)")
 	p=0 f=1 s=0
-	if ((first_unfinished)) && [ -s "$out/tests/$name.log" ]; then
+	if ((first_unfinished)) && [ -s "$out/tests/${name%.sh}.log" ]; then
 		# The test that was running: keep what it reported, the rest failed.
-		read -r p f s plan < <(awk -f tests/lib/ktap-count.awk "$out/tests/$name.log")
+		read -r p f s plan < <(awk -f tests/lib/ktap-count.awk "$out/tests/${name%.sh}.log")
 		missing=$((plan - p - f - s))
 		f=$((f + (missing > 0 ? missing : 1)))
 		reason="$reason while it ran"
 	fi
 	first_unfinished=0
 	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-	summary_lines+=("not ok $name: $p passed, $f failed, $s skipped ($reason)")
+	summary_lines+=("not ok ${name%.sh}: $p passed, $f failed, $s skipped ($reason)")
 done
 
-echo
-echo "==== nvme-rsrdma test results (logs: ${out#"$repo"/}) ===="
-printf '%s\n' "${summary_lines[@]}"
-echo "---- phases ----"
-printf '%s\n' "${timings[@]}"
-printf '%-7s %5d s\n' total $(($(date +%s) - run_start))
-line="$passed passed, $failed failed"
-((skipped)) && line+=", $skipped skipped"
-echo "$line"
+# report: the summary as a KTAP document (each phase or test one result), the phases' times,
+# and the last line.
+report() {
+	local line
+	KSFT_DIR=${kdir:+$kdir/tools/testing/selftests}
+	# shellcheck source=lib/ktap.sh
+	. tests/lib/ktap.sh
+	echo
+	ktap_print_header
+	ktap_print_msg "nvme-rsrdma test results (logs: ${out#"$repo"/})"
+	ktap_set_plan ${#summary_lines[@]}
+	for line in "${summary_lines[@]}"; do
+		case "$line" in
+		"not ok "*) ktap_test_fail "${line#not ok }" ;;
+		*" # SKIP") line=${line#ok }; ktap_test_skip "${line% # SKIP}" ;;
+		*) ktap_test_pass "${line#ok }" ;;
+		esac
+	done
+	ktap_print_msg "---- phases ----"
+	printf '# %s\n' "${timings[@]}"
+	printf '# %-7s %5d s\n' total $(($(date +%s) - run_start))
+	line="$passed passed, $failed failed"
+	((skipped)) && line+=", $skipped skipped"
+	echo "$line"
+}
+report
 ((failed == 0))

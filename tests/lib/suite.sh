@@ -1,55 +1,81 @@
 # SPDX-License-Identifier: GPL-2.0
 # shellcheck shell=bash
 #
-# Test selection and per-test timeouts, shared by tests/guest-suite.sh (in the guest) and
-# tests/run.sh (on the host, to size the guest's timeout and to account for tests a dead guest
-# never finished). Sourced, not run.
+# What the suite adds to the kselftest runner, per test. Sourced by tests/lib/common.sh (in
+# the guest) and by tests/run.sh (on the host, to select the tests, size the guest's timeout
+# and account for tests a dead guest never finished); not run.
+#
+# The tests are the kselftest target of tests/Makefile: the kernel's runner
+# (tools/testing/selftests/kselftest/runner.sh, through run_kselftest.sh) runs each under the
+# one timeout of tests/settings and reports it as one KTAP result. Each test script sources
+# common.sh, which (suite_supervise below) runs the script again as a child, so that the
+# runner's one process for the test also gives it:
+#
+#   its own timeout       a "# rsrdma-timeout: SECONDS" line in its first 10 lines (default
+#                         RSRDMA_TEST_TIMEOUT, 600), times RSRDMA_TIMEOUT_SCALE (an integer;
+#                         default 3 on the debug kernel: KERNEL=debug on the host, a kernel
+#                         with KASAN in the guest, 1 otherwise). The runner's timeout
+#                         (settings) is only the bound on the longest test and its checks;
+#                         run_kselftest.sh -o scales it on the debug kernel.
+#   its host mode         NN-name-dropin.sh, a symbolic link to NN-name.sh, is that test in
+#                         drop-in mode (RSRDMA_MODE=dropin: nvme_rsrdma loaded with dropin=1
+#                         as "rdma"); every other name runs in RSRDMA_MODE, default rsrdma.
+#   checks after it       after the test and its own clean-up: what it left behind (modules,
+#                         controllers, RDMA links, target configuration: leftovers), one more
+#                         failed case and a reset of the guest; a problem report in the kernel
+#                         log during the test (kernel_check), one more failed case.
+#   its logs              $RSRDMA_OUT/tests/NAME.log (its output), NAME.dmesg (the kernel log
+#                         during the test and its checks), NAME.kcheck (the kernel check's
+#                         diagnostics, when it had any).
+#   its counts            "# NAME: pass:P fail:F skip:S in SECONDS s" after its output: its
+#                         KTAP test cases, the cases it planned but did not report and a
+#                         non-zero exit without a failed case counted as failed, and the
+#                         checks. Its status: 0 passed, 4 skipped (every case), 1 failed.
+#
+# Selection, on the host:
 #
 #   RSRDMA_TESTS          extended regular expression matched (unanchored) against each test's
-#                         name, i.e. its file name without ".sh": "01", "baseline",
-#                         "^0[12]-", "module|baseline". Empty or unset: all tests.
-#   RSRDMA_TEST_TIMEOUT   default per-test timeout in seconds (600); a test overrides it with a
-#                         "# rsrdma-timeout: SECONDS" line in its first 10 lines.
-#   RSRDMA_TIMEOUT_SCALE  multiplies every test's timeout (an integer); default 3 on the debug
-#                         kernel (KERNEL=debug on the host; in the guest, a kernel with KASAN),
-#                         1 otherwise.
-#   RSRDMA_MODES          host modes to run the mode-dependent tests in (default "rsrdma
-#                         dropin"). A test that works through the host transport declares it
-#                         with a "# rsrdma-modes: rsrdma dropin" line in its first 10 lines and
-#                         runs once per mode, named NN-name in the first mode and
-#                         NN-name@MODE in the others; the test sees RSRDMA_MODE=MODE.
+#                         name, its file name without ".sh": "01", "baseline", "^0[12]-",
+#                         "module|baseline", "dropin". Empty or unset: all tests.
+#   RSRDMA_MODES          the host modes to run (default "rsrdma dropin"): a test runs when its
+#                         mode is one of them.
 
 SUITE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# suite_select: print the selected test names (NN-name, NN-name@MODE), in order.
-suite_select() {
-	local f name base modes mode first
+# suite_mode NAME: the host mode of a test (file name, with or without ".sh").
+suite_mode() {
+	case "${1%.sh}" in
+	*-dropin) echo dropin ;;
+	*) echo "${RSRDMA_MODE:-rsrdma}" ;;
+	esac
+}
+
+# suite_tests: every test's file name, in order: each test, then its variants in other modes.
+suite_tests() {
+	local f v
 	for f in "$SUITE_DIR"/[0-9][0-9]-*.sh; do
-		[ -f "$f" ] || continue
-		base=$(basename "$f" .sh)
-		modes=$(head -n 10 "$f" | sed -n 's/^# rsrdma-modes: *//p' | head -n1)
-		[ -n "$modes" ] || modes=rsrdma
-		first=1
-		for mode in $modes; do
-			[[ " ${RSRDMA_MODES:-rsrdma dropin} " == *" $mode "* ]] || continue
-			name=$base
-			((first)) || name=$base@$mode
-			first=0
-			if [ -z "${RSRDMA_TESTS:-}" ] || [[ $name =~ $RSRDMA_TESTS ]]; then
-				echo "$name"
-			fi
+		if [ ! -f "$f" ] || [ -L "$f" ]; then continue; fi
+		echo "${f##*/}"
+		for v in "${f%.sh}"-*.sh; do
+			[ -L "$v" ] && [ "$(readlink "$v")" = "${f##*/}" ] && echo "${v##*/}"
 		done
 	done
 }
 
-# suite_file NAME / suite_mode NAME: the script and the host mode of a selected test.
-suite_file() { echo "$SUITE_DIR/${1%@*}.sh"; }
-suite_mode() { [[ $1 == *@* ]] && echo "${1#*@}" || echo rsrdma; }
+# suite_select: the file names of the tests selected by RSRDMA_TESTS and RSRDMA_MODES.
+suite_select() {
+	local t
+	while read -r t; do
+		[[ " ${RSRDMA_MODES:-rsrdma dropin} " == *" $(RSRDMA_MODE='' suite_mode "$t") "* ]] || continue
+		[ -z "${RSRDMA_TESTS:-}" ] || [[ ${t%.sh} =~ $RSRDMA_TESTS ]] || continue
+		echo "$t"
+	done < <(suite_tests)
+}
 
-# suite_timeout NAME: the test's timeout in seconds.
+# suite_timeout FILE: the test's own timeout in seconds, scaled.
 suite_timeout() {
 	local t
-	t=$(head -n 10 "$(suite_file "$1")" | sed -n 's/^# rsrdma-timeout: *\([0-9][0-9]*\).*/\1/p' | head -n1)
+	t=$(head -n 10 "$1" | sed -n 's/^# rsrdma-timeout: *\([0-9][0-9]*\).*/\1/p' | head -n1)
 	echo $((${t:-${RSRDMA_TEST_TIMEOUT:-600}} * $(suite_timeout_scale)))
 }
 
@@ -63,4 +89,68 @@ suite_timeout_scale() {
 	else
 		echo 1
 	fi
+}
+
+# suite_supervise ARGS...: run the test script ($0) as a child with ARGS under its own timeout,
+# then check and count it (see above); exits with the test's kselftest status. Called by
+# common.sh when a test script sources it, in the script's own process; the child, marked by
+# RSRDMA_SUPERVISED, runs the test itself.
+suite_supervise() {
+	local name t log rc start secs p f s plan reported notes=() left kcheck kcheck_rc n
+	name=$(basename "$0" .sh)
+	t=$(suite_timeout "$0")
+	mkdir -p "$RSRDMA_OUT/tests"
+	log=$RSRDMA_OUT/tests/$name.log
+	dmesg_mark
+	start=$SECONDS
+	RSRDMA_SUPERVISED=1 timeout -k 60 "$t" "$BASH" "$0" "$@" </dev/null 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	secs=$((SECONDS - start))
+
+	read -r p f s plan < <(awk -f "$SUITE_DIR/lib/ktap-count.awk" "$log")
+	reported=$((p + f + s))
+	if ((rc == 124 || rc == 137)); then
+		notes+=("$name timed out after $t s")
+	elif ((rc != 0 && rc != 4)); then
+		notes+=("$name exited with status $rc")
+	fi
+	if ((plan > reported)); then
+		notes+=("$((plan - reported)) of $plan planned cases did not report")
+		f=$((f + plan - reported))
+	fi
+	if ((rc != 0 && rc != 4 && f == 0)); then
+		f=1
+	elif ((reported == 0 && f == 0)); then
+		if ((rc == 4)); then s=1; else p=1; fi
+	fi
+	left=$(leftovers)
+	if [ -n "$left" ]; then
+		notes+=("$name left behind: $(paste -s -d ' ' <<<"$left")")
+		f=$((f + 1))
+	fi
+	if [ -n "$left" ] || ((f)); then
+		# Reset the guest for the next test; what this cannot clean is reported.
+		reset_guest >/dev/null 2>&1
+		left=$(leftovers)
+		[ -z "$left" ] || notes+=("still left after the reset: $(paste -s -d ' ' <<<"$left")")
+	fi
+	# Kernel problem reports since the test started, its clean-up included: one more failed case.
+	kcheck=$(kernel_check 2>&1)
+	kcheck_rc=$?
+	dmesg_since_mark >"$RSRDMA_OUT/tests/$name.dmesg"
+	[ -z "$kcheck" ] || printf '%s\n' "$kcheck" >"$RSRDMA_OUT/tests/$name.kcheck"
+	if ((kcheck_rc)); then
+		notes+=("$name: the kernel reported a problem (tests/$name.kcheck, tests/$name.dmesg):")
+		f=$((f + 1))
+	fi
+
+	for n in "${notes[@]}"; do ktap_print_msg "$n"; done
+	[ -z "$kcheck" ] || printf '%s\n' "$kcheck"
+	ktap_print_msg "$name: pass:$p fail:$f skip:$s in $secs s"
+	if ((f)); then
+		exit "$KSFT_FAIL"
+	elif ((rc == 4 || (p == 0 && s > 0))); then
+		exit "$KSFT_SKIP"
+	fi
+	exit "$KSFT_PASS"
 }

@@ -1,0 +1,1 @@
+08-options.sh

@@ -1,0 +1,1 @@
+09-multipath.sh
