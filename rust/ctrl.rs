@@ -24,13 +24,13 @@ use crate::wrap::errno;
 use crate::wrap::log::{dbg_event, log_err, log_info, log_warn, Prefix};
 use crate::wrap::net::SockAddr;
 use crate::wrap::nvme::{
-    BlkStatus, Controller, ControllerOps, CreateArgs, CtrlRef, Failure, NewCtrl, Options, OwnedRq,
+    Controller, ControllerOps, CreateArgs, CtrlRef, Dispatched, Failure, NewCtrl, Options, OwnedRq,
     SetKind, State, TagSet, Tags, TimedOutRq, TimeoutAction, WorkId, HCTX_MAX_TYPES,
     HCTX_TYPE_DEFAULT, HCTX_TYPE_READ,
 };
 use crate::wrap::params;
 use crate::wrap::rdma::{Device, DeviceId, Pd};
-use crate::wrap::sync::{new_irq_lock, new_rcu_slot, Completion, IrqLock, Rcu, RcuSlot};
+use crate::wrap::sync::{new_irq_lock, new_rcu_slot, Completion, IrqLock, Rcu, RcuSlot, Retired};
 use crate::wrap::work::Wq;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -121,7 +121,7 @@ pub(crate) struct RdmaCtrl {
     /// released: device and port events read them without the connection's lock.
     conn_dev: AtomicUsize,
     conn_port: AtomicU32,
-    /// Signalled when `release_conn` has released everything of a connection on its device.
+    /// Signalled when `release_all` has released everything of a connection on its device.
     #[pin]
     released: Completion,
     #[pin]
@@ -560,7 +560,7 @@ impl Ctrl {
         let n = self.core();
         let admin = self.queue(0);
         if let Err(e) = admin.connect(self, ADMIN_DEPTH) {
-            self.release_conn();
+            self.release_all();
             return Err(e.into());
         }
         let aq = (|| {
@@ -578,8 +578,8 @@ impl Ctrl {
             Ok(aq) => aq,
             Err(e) => {
                 admin.stop();
-                admin.free(self, false);
-                self.release_conn();
+                admin.retire();
+                self.release_all();
                 return Err(e);
             }
         };
@@ -612,8 +612,8 @@ impl Ctrl {
             } else {
                 drop(aq);
             }
-            admin.free(self, false);
-            self.release_conn();
+            admin.retire();
+            self.release_all();
             return Err(e);
         }
         Ok(())
@@ -660,8 +660,10 @@ impl Ctrl {
         Ok(())
     }
 
-    /// Deregisters the pool (invalidating its RKEY) and releases the protection domain.
-    fn release_conn(&self) {
+    /// Releases what teardown took out: the connections of the queues (retired before), the
+    /// pool's registration (its RKEY invalidated) and the protection domain, after one RCU
+    /// grace period for all of them.
+    fn release_all(&self) {
         let reg = {
             let mut w = self.reg.write();
             if let Some(reg) = w.get() {
@@ -675,12 +677,17 @@ impl Ctrl {
             w.take()
         };
         let conn = self.conn.write().take();
-        // Both taken out first: they wait for their readers together.
-        drop(reg.map(|r| r.wait()));
+        // The last taken out first: its grace period covers everything taken out before.
+        let conn = conn.map(Retired::wait);
+        let reg = reg.map(Retired::wait);
+        for q in self.queues.iter() {
+            q.release(self, false);
+        }
+        drop(reg);
         let Some(conn) = conn else {
             return;
         };
-        drop(conn.wait());
+        drop(conn);
         self.conn_dev
             .store(DeviceId::NONE.to_bits(), Ordering::Release);
         self.released.complete();
@@ -726,6 +733,14 @@ impl Ctrl {
             }
         }
         Ok(())
+    }
+
+    /// Takes the connections of the I/O queues out, to be released with the admin queue's
+    /// (see [`Ctrl::release_all`]).
+    fn retire_io_queues(&self) {
+        for q in self.queues.iter().skip(1) {
+            q.retire();
+        }
     }
 
     /// Releases the connections of the I/O queues: all taken out first, so that they wait for
@@ -851,10 +866,13 @@ impl Ctrl {
         }
         // The async event request uses the admin queue.
         n.async_event_work().cancel_sync();
-        self.queue(0).free(self, false);
-        self.release_conn();
+        self.queue(0).retire();
+        // With the I/O queues' connections, if `teardown_io` took them out.
+        self.release_all();
     }
 
+    /// Stops the I/O queues and takes their connections out, to be released with the admin
+    /// queue's (`teardown_admin`, which follows).
     fn teardown_io(&self, remove: bool) {
         if self.core().queue_count() <= 1 {
             return;
@@ -871,7 +889,7 @@ impl Ctrl {
         } else {
             self.stop_io_queues();
         }
-        self.free_io_queues();
+        self.retire_io_queues();
     }
 
     fn shutdown(&self, shutdown: bool) {
@@ -1198,7 +1216,12 @@ impl ControllerOps for RdmaCtrl {
         }
     }
 
-    fn queue_rq(ctrl: &Ctrl, queue: &Queue, rq: OwnedRq<'_, Request>, rcu: &Rcu) -> BlkStatus {
+    fn queue_rq<'a>(
+        ctrl: &Ctrl,
+        queue: &Queue,
+        rq: OwnedRq<'a, Request>,
+        rcu: &Rcu,
+    ) -> Dispatched<'a> {
         request::queue_rq(ctrl, queue, rq, rcu)
     }
 

@@ -598,16 +598,6 @@ void rsrdma_seq_puts(struct seq_file *m, const char *s)
 
 /* Memory, work items, completions -------------------------------------------------------- */
 
-void rsrdma_get_page(struct page *page)
-{
-	get_page(page);
-}
-
-void rsrdma_put_page(struct page *page)
-{
-	put_page(page);
-}
-
 void *rsrdma_alloc_chunk(unsigned int order, int node)
 {
 	struct page *page;

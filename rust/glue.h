@@ -154,8 +154,6 @@ void rsrdma_debugfs_remove(struct dentry *dentry);
 void rsrdma_seq_puts(struct seq_file *m, const char *s);
 
 /* Memory, work items, completions. */
-void rsrdma_get_page(struct page *page);
-void rsrdma_put_page(struct page *page);
 void *rsrdma_alloc_chunk(unsigned int order, int node);
 void rsrdma_free_chunk(void *addr, unsigned int order);
 /* Work items, in the lockdep class the caller gives (a static key and its name). */

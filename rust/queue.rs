@@ -21,7 +21,7 @@ use crate::wrap::errno;
 use crate::wrap::log::{dbg_event, log_err, log_info};
 use crate::wrap::nvme::{CtrlRef, State, AQ_BLK_MQ_DEPTH};
 use crate::wrap::rdma::{
-    Access, CmEvent, CmEventKind, CmHandler, CmId, CmQp, ConnParam, Cq, Device, Held, Qp, QpCaps,
+    Access, CmEvent, CmEventKind, CmHandler, CmId, CmQp, ConnParam, Cq, Device, Qp, QpCaps,
     QpEvent, QpHandler, SendData, Wc,
 };
 use crate::wrap::sync::{new_rcu_slot, Completion, Rcu, RcuReadGuard, RcuSlot, Retired, TakeCell};
@@ -47,12 +47,14 @@ const REG_TIMEOUT_MS: u32 = 5000;
 /// fewer on a shallow queue (see `Conn::signal_mask`).
 const SIGNAL_EVERY: u32 = 16;
 
-/// Send completion ids of a queue's QP: command sends, the asynchronous event request, the
-/// pool registration, then one per tag for sends of a request's own pages.
+/// Send completion ids of a queue's QP: the plain ones of command sends and of the
+/// asynchronous event request, then the holding ones of the pool registration and of the
+/// sends of a request's own pages, one per tag.
 const SEND_ID_COMMAND: u32 = 0;
 const SEND_ID_AEN: u32 = 1;
-const SEND_ID_REG: u32 = 2;
-const SEND_ID_PAGES: u32 = 3;
+const PLAIN_SEND_IDS: u32 = 2;
+const SEND_ID_REG: u32 = PLAIN_SEND_IDS;
+const SEND_ID_PAGES: u32 = PLAIN_SEND_IDS + 1;
 
 /// Queue flag bits.
 const ALLOCATED: u32 = 1 << 0;
@@ -321,7 +323,8 @@ impl Queue {
             recv_size: CQE_SIZE,
             send_bufs: self.ring_depth,
             send_size: SQE_SIZE,
-            send_ids: SEND_ID_PAGES + self.ring_depth,
+            send_ids: PLAIN_SEND_IDS,
+            held_ids: 1 + self.ring_depth,
             // The capsule's in-capsule data: one pool slice, or up to four ranges of a
             // request's own pages. Every device that can carry NVMe/RDMA has two.
             data_sges: crate::wrap::rdma::MAX_PAGE_RANGES,
@@ -778,7 +781,7 @@ impl Queue {
     /// drained: a send the adapter retransmits after its buffer or slot was reused is a
     /// duplicate the target drops. The C driver signals every send because it unmaps and
     /// invalidates per command; so does this one for in-capsule data sent from the request's
-    /// own pages ([`SendData::Pages`]), which the QP holds until their send completes.
+    /// own pages ([`SendData::Pages`]), which the QP holds mapped until their send completes.
     /// Returns `ENOMEM` when the send queue is full.
     pub(crate) fn post_command(
         &self,
@@ -905,7 +908,7 @@ impl QpHandler for QueueLink {
         link.queue().recv_done(&link.ctrl, qp, index, wc);
     }
 
-    fn send_done(qp: &Qp<Self>, id: u32, wc: &Wc<'_>, held: Option<Held>) {
+    fn send_done(qp: &Qp<Self>, id: u32, wc: &Wc<'_>) {
         let link = qp.handler();
         let (ctrl, queue) = (&*link.ctrl, link.queue());
         match id {
@@ -917,14 +920,11 @@ impl QpHandler for QueueLink {
                 if !wc.ok() {
                     log_err!(ctrl.core(), "pool registration failed: {}", wc.status_msg());
                 }
-                // The region the registration held goes before the waiter learns the result.
-                drop(held);
                 queue.reg_done.complete();
             }
             SEND_ID_AEN if !wc.ok() => queue.wr_error(ctrl, wc, "ASYNC"),
             id if id >= SEND_ID_PAGES => {
-                // The device is done with the pages: unmapped now.
-                drop(held);
+                // The device is done with the pages, which the QP unmapped.
                 if !wc.ok() {
                     queue.wr_error(ctrl, wc, "SEND");
                 }

@@ -22,9 +22,9 @@ use crate::queue::{Conn, Queue};
 use crate::wrap::errno;
 use crate::wrap::log::{dbg_event, log_err, log_warn};
 use crate::wrap::nvme::{
-    BlkStatus, OwnedRq, Rq, Share, State, Submitting, TimedOutRq, TimeoutAction,
+    Dispatched, OwnedRq, Rq, Share, State, Submitting, TimedOutRq, TimeoutAction,
 };
-use crate::wrap::rdma::{PageMaps, SendData, MAX_PAGE_RANGES};
+use crate::wrap::rdma::{MappedPages, SendData, MAX_PAGE_RANGES};
 use crate::wrap::sync::{Rcu, RcuReadGuard};
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
@@ -223,19 +223,34 @@ pub(crate) fn pages_sent(ctrl: &Ctrl, queue: &Queue, tag: u32) {
 }
 
 /// Where a command's data goes (see `map_command`).
-enum Data {
+enum Data<'q> {
     /// No data, or all of it in the pool (named by the command's SGL).
     None,
     /// In-capsule data in a pool slice.
     Pool(Slice),
-    /// In-capsule data from the request's own pages.
-    Pages(PageMaps),
+    /// In-capsule data from the request's own pages, mapped for the queue's QP.
+    Pages(MappedPages<'q>),
 }
 
-/// What `submit` did: sent the command, moving this many data bytes, written or not; or failed,
-/// without sending it. The request comes back either way.
-type Submitted<'a> =
-    core::result::Result<(Submitting<'a, Request>, u32, bool), (OwnedReq<'a>, Error)>;
+/// Why `submit` did not send a command.
+enum NotSent<'a> {
+    /// It failed before sending, and gives the request back.
+    Failed(OwnedReq<'a>, Error),
+    /// Posting failed, and another party (the timeout handler, a cancellation) had taken the
+    /// request over meanwhile: it ends the request.
+    TakenOver(Dispatched<'a>),
+}
+
+/// Takes back a request whose command was not posted (`e`, the error).
+fn unsent(sub: Submitting<'_, Request>, e: Error) -> NotSent<'_> {
+    match sub.reclaim() {
+        Ok(rq) => NotSent::Failed(rq, e),
+        Err(d) => NotSent::TakenOver(d),
+    }
+}
+
+/// What `submit` did: sent the command, moving this many data bytes, written or not; or not.
+type Submitted<'a> = core::result::Result<(Submitting<'a, Request>, u32, bool), NotSent<'a>>;
 
 /// Maps the data of a request into the pool and sends its command; returns the number of data
 /// bytes and whether they are written. The request is handed out as shares just before its
@@ -251,7 +266,7 @@ fn submit<'a>(
     let (len, is_write) = (rq.data_len(), rq.is_write());
     let (mut sqe, data) = match map_command(ctrl, queue, conn, &rq, len, is_write, rcu) {
         Ok(c) => c,
-        Err(e) => return Err((rq, e)),
+        Err(e) => return Err(NotSent::Failed(rq, e)),
     };
     if len >= crate::wrap::params::spread_bytes() && matches!(data, Data::None) {
         if let Some((other, oconn)) = spread(ctrl, queue, rq.pdu(), &mut sqe, rcu) {
@@ -264,7 +279,7 @@ fn submit<'a>(
                 }
                 Err(e) => {
                     oconn.return_credit();
-                    Err((sub.reclaim(), e))
+                    Err(unsent(sub, e))
                 }
             };
         }
@@ -273,7 +288,7 @@ fn submit<'a>(
     // queues took credits here: then blk-mq retries when I/O completes.
     let qid = queue.qid();
     if qid != 0 && !conn.take_credit(u32::MAX) {
-        return Err((rq, ENOMEM));
+        return Err(NotSent::Failed(rq, ENOMEM));
     }
     let tag = rq.tag();
     let (send_data, pages) = match data {
@@ -291,7 +306,7 @@ fn submit<'a>(
                 if qid != 0 {
                     conn.return_credit();
                 }
-                return Err((rq, errno::ENOTCONN()));
+                return Err(NotSent::Failed(rq, errno::ENOTCONN()));
             }
         },
         Data::Pages(maps) => (SendData::Pages(maps), true),
@@ -305,7 +320,7 @@ fn submit<'a>(
             if qid != 0 {
                 conn.return_credit();
             }
-            Err((sub.reclaim(), e))
+            Err(unsent(sub, e))
         }
     }
 }
@@ -313,15 +328,15 @@ fn submit<'a>(
 /// Prepares the command of a request to be sent: gives its data a pool slice (copying a
 /// write's data in) or, for in-capsule data, maps its own pages; and gives the command its SGL
 /// descriptor. Returns the command and where its in-capsule data is, if any.
-fn map_command(
+fn map_command<'q>(
     ctrl: &Ctrl,
     queue: &Queue,
-    conn: &Conn,
+    conn: &'q Conn,
     rq: &OwnedReq<'_>,
     len: u32,
     is_write: bool,
     rcu: &Rcu,
-) -> Result<([u8; SQE_SIZE], Data)> {
+) -> Result<([u8; SQE_SIZE], Data<'q>)> {
     let qid = queue.qid();
     let req = rq.pdu();
     let tag = rq.tag();
@@ -400,25 +415,25 @@ fn map_command(
 /// (see [`SendData::Pages`]). The data must be in no more ranges (bvecs) than the send has
 /// SGEs for (as many as the C driver's; 4 KiB of data aligned to the NVMe core's 4 KiB
 /// virtual boundary is never more than two). `None` to go through the pool instead.
-fn own_pages(
+fn own_pages<'q>(
     ctrl: &Ctrl,
     queue: &Queue,
-    conn: &Conn,
+    conn: &'q Conn,
     rq: &OwnedReq<'_>,
     len: u32,
     is_write: bool,
-) -> Option<PageMaps> {
+) -> Option<MappedPages<'q>> {
     if !is_write || !ctrl.inline_fits(queue.qid(), len) {
         return None;
     }
     let ranges = rq.ranges::<MAX_PAGE_RANGES>()?;
-    let total: u64 = ranges.get().map(|r| u64::from(r.len())).sum();
-    // Refused when the device gives a send fewer SGEs than the ranges need: the pool then.
-    if total != u64::from(len) || ranges.len() > conn.qp().data_sges() {
+    let ranges = ranges.as_slice();
+    let total: u64 = ranges.iter().map(|r| u64::from(r.len())).sum();
+    if total != u64::from(len) {
         return None;
     }
-    let dev = conn.qp().pd().device();
-    let maps = PageMaps::map(dev, ranges.get()).ok()?;
+    // Refused when the device gives a send fewer SGEs than the ranges need: the pool then.
+    let maps = conn.qp().map_pages(ranges).ok()?;
     dbg_event!(
         Io,
         ctrl.core(),
@@ -504,7 +519,12 @@ fn unmap_data(ctrl: &Ctrl, qid: u16, rq: &OwnedReq<'_>, copy_out: bool) {
 }
 
 /// `blk_mq_ops::queue_rq`.
-pub(crate) fn queue_rq(ctrl: &Ctrl, queue: &Queue, rq: OwnedReq<'_>, rcu: &Rcu) -> BlkStatus {
+pub(crate) fn queue_rq<'a>(
+    ctrl: &Ctrl,
+    queue: &Queue,
+    rq: OwnedReq<'a>,
+    rcu: &Rcu,
+) -> Dispatched<'a> {
     let nvme = ctrl.core();
     if !rq.check_ready(nvme, queue.is_live()) {
         return rq.fail_nonready(nvme);
@@ -517,10 +537,10 @@ pub(crate) fn queue_rq(ctrl: &Ctrl, queue: &Queue, rq: OwnedReq<'_>, rcu: &Rcu) 
         Some(conn) if queue.connected() || nvme.state() == State::Live => conn,
         _ => return rq.host_path_error(),
     };
-    let ret = rq.setup_cmd();
-    if ret != BlkStatus::OK {
-        return ret;
-    }
+    let rq = match rq.setup_cmd() {
+        Ok(rq) => rq,
+        Err(d) => return d,
+    };
     // Where it goes, for the abort walk (see `abort_sent_on`) once it is started; `spread`
     // may name another queue before sending it.
     rq.pdu().sent_on.store(queue.qid(), Ordering::Relaxed);
@@ -531,23 +551,23 @@ pub(crate) fn queue_rq(ctrl: &Ctrl, queue: &Queue, rq: OwnedReq<'_>, rcu: &Rcu) 
             queue.stats().sent(len, write);
             // Its share ended: the request is ours again if the response (and the send's
             // completion) came meanwhile.
-            if let Some(rq) = sub.sent() {
+            let (dispatched, rq) = sub.sent();
+            if let Some(rq) = rq {
                 finish(ctrl, rq);
             }
-            BlkStatus::OK
+            dispatched
         }
-        Err((rq, e)) => {
+        Err(NotSent::TakenOver(d)) => d,
+        Err(NotSent::Failed(rq, e)) => {
             unmap_data(ctrl, queue.qid(), &rq, false);
             if e == EAGAIN || e == ENOMEM {
                 // The large area or the send queue is full: blk-mq retries when I/O
                 // completes.
-                rq.cleanup_cmd();
-                return BlkStatus::RESOURCE;
+                return rq.requeue();
             }
             if e == EINVAL {
                 log_err!(nvme, "queue {}: cannot map request", queue.qid());
-                rq.cleanup_cmd();
-                return BlkStatus::IOERR;
+                return rq.fail();
             }
             // The queue is going away: complete with a path error so the core retries or
             // fails over, and let error recovery rebuild the queue. A spread command names
@@ -609,6 +629,7 @@ pub(crate) fn timeout(ctrl: &Ctrl, rq: TimedOutRq<'_, Request>) -> TimeoutAction
         if let Some(q) = sent_on {
             q.stop();
         }
+        // Ended here unless its response came meanwhile (which then ends it).
         rq.complete();
         return TimeoutAction::Done;
     }

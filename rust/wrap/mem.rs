@@ -102,6 +102,15 @@ impl ChunkSet {
         )
     }
 
+    /// The address of `n` bytes at `offset` of chunk `chunk`, if they lie in it.
+    fn span_ptr(&self, chunk: usize, offset: u64, n: usize) -> Result<*mut u8> {
+        let end = offset.checked_add(n as u64).ok_or(EINVAL)?;
+        if end > self.chunk_size {
+            return Err(EINVAL);
+        }
+        self.ptr(chunk, offset).ok_or(EINVAL)
+    }
+
     /// Copies `len` bytes from `src` into the set at `offset`; `EINVAL` if they leave the set.
     /// What a device does meanwhile to those bytes decides only what they hold.
     ///
@@ -111,8 +120,8 @@ impl ChunkSet {
     pub(in crate::wrap) unsafe fn copy_in(&self, offset: u64, src: *const u8, len: u32) -> Result {
         let mut done = 0;
         for (chunk, off, n) in self.spans(offset, len)? {
-            let dst = self.ptr(chunk, off).ok_or(EINVAL)?;
-            // SAFETY: `n` bytes at `dst` lie in the chunk (`spans` keeps each piece in one);
+            let dst = self.span_ptr(chunk, off, n)?;
+            // SAFETY: `n` bytes at `dst` lie in the chunk (checked by `span_ptr`);
             // `src` per the contract; the two do not overlap (per the contract); the set's
             // memory is not behind any reference (type invariant).
             unsafe { core::ptr::copy_nonoverlapping(src.add(done), dst, n) };
@@ -129,7 +138,7 @@ impl ChunkSet {
     pub(in crate::wrap) unsafe fn copy_out(&self, offset: u64, dst: *mut u8, len: u32) -> Result {
         let mut done = 0;
         for (chunk, off, n) in self.spans(offset, len)? {
-            let src = self.ptr(chunk, off).ok_or(EINVAL)?;
+            let src = self.span_ptr(chunk, off, n)?;
             // SAFETY: as in `copy_in`, the other way round.
             unsafe { core::ptr::copy_nonoverlapping(src, dst.add(done), n) };
             done += n;

@@ -123,6 +123,8 @@ impl<T> Drop for IrqGuard<'_, T> {
 
 /// Proof that the holder runs inside an RCU read-side critical section for as long as a
 /// reference to it lives: what an RCU-protected value may be read with (see [`RcuSlot::get`]).
+/// Nothing may sleep while one is held (the kernel's atomic-sleep check reports it): with
+/// non-preemptible RCU a sleep ends the section, and a value read in it could be freed.
 ///
 /// # Invariants
 ///
@@ -299,7 +301,8 @@ impl<T: Send + Sync> SlotWriter<'_, T> {
 
 /// A value taken out of an [`RcuSlot`], which RCU readers may still be using: it is handed back
 /// ([`Retired::wait`]) or dropped only after a grace period that began after it was taken
-/// out. Values retired together wait for one grace period: the first wait ends it for all.
+/// out. Values retired together wait for one grace period: a wait for the last one taken out
+/// covers the others. Waiting and dropping sleep: process context only.
 ///
 /// # Invariants
 ///
@@ -426,6 +429,11 @@ impl<T> TakeCell<T> {
         // INVARIANT: initialized just above.
         self.state.store(TAKE_FULL, Ordering::Release);
         Ok(())
+    }
+
+    /// Whether the slot holds a value now (another context may take it meanwhile).
+    pub(crate) fn is_full(&self) -> bool {
+        self.state.load(Ordering::Acquire) != TAKE_EMPTY
     }
 
     /// Takes the value out, if there is one.

@@ -6,7 +6,9 @@
 //!
 //! The core owns the controller's lifetime: it is created by [`Controller::create`] (for the
 //! fabrics core's `create_ctrl`), referenced by counted [`CtrlRef`]s, and freed by the core's
-//! `free_ctrl` on the last put, which cancels its work items and drops it. A controller's
+//! `free_ctrl` on the last put. Its work items are cancelled and its tag sets removed when the
+//! core is done with it (after `delete_ctrl`, or when its creation is undone), while the core's
+//! queues still exist. A controller's
 //! admin and I/O queues exist only while their tag sets are allocated: the core functions that
 //! need them are on [`AdminQueue`] and [`IoQueues`], which hold the set's lock, so the set
 //! cannot be removed while one is in use.
@@ -20,7 +22,7 @@ use super::super::sync::{Rcu, TakeCell};
 use super::super::vec::swap_remove;
 use super::super::work::{DelayedWork, Wq};
 use super::options::{OptionsMut, HCTX_MAX_TYPES};
-use super::request::{BlkStatus, OwnedRq, Pdu, TimedOutRq};
+use super::request::{Dispatched, OwnedRq, Pdu, TimedOutRq};
 use super::tag_set::{SetGuard, SetKind, TagSet};
 use super::{status_result, CoreCtrl, Failure};
 use core::mem::MaybeUninit;
@@ -80,13 +82,14 @@ pub(crate) trait ControllerOps: Send + Sync + Sized + 'static {
     fn init_pdu(ctrl: &Controller<Self>, set: SetKind, hctx_idx: u32) -> Result<Self::Pdu>;
     /// The queue of hardware context `hctx_idx` of tag set `set` (`init_hctx`).
     fn hctx_queue(ctrl: &Controller<Self>, set: SetKind, hctx_idx: u32) -> Option<&Self::Queue>;
-    /// `blk_mq_ops::queue_rq`, inside blk-mq's RCU read-side section.
-    fn queue_rq(
+    /// `blk_mq_ops::queue_rq`, inside blk-mq's RCU read-side section: hands the request on
+    /// (see [`Dispatched`]).
+    fn queue_rq<'a>(
         ctrl: &Controller<Self>,
         queue: &Self::Queue,
-        rq: OwnedRq<'_, Self::Pdu>,
+        rq: OwnedRq<'a, Self::Pdu>,
         rcu: &Rcu,
-    ) -> BlkStatus;
+    ) -> Dispatched<'a>;
     /// `blk_mq_ops::complete`: end a request the core or blk-mq completed (its response's
     /// remote completion, a cancellation, a timeout).
     fn complete(ctrl: &Controller<Self>, rq: OwnedRq<'_, Self::Pdu>);
@@ -388,19 +391,33 @@ impl<T: ControllerOps> Controller<T> {
     }
 }
 
-#[pinned_drop]
-impl<T: ControllerOps> PinnedDrop for Controller<T> {
-    fn drop(self: Pin<&mut Self>) {
-        // Idle by now (the core stopped and deleted the controller, or its creation failed
-        // before anything queued them); cancelled in case, before what they reach goes.
+impl<T: ControllerOps> Controller<T> {
+    /// What the transport must have done when the core is done with the controller (after
+    /// its `delete_ctrl`, or when its creation is undone): its work items cancelled, its tag
+    /// sets removed. Done here in case it did not; the core still has its queues.
+    fn finish(&self) {
         for w in self.works.iter() {
             w.work.cancel_sync();
         }
-        // Removed by the transport's teardown; in case it did not, before the data goes.
         for set in [&self.io_set, &self.admin_set] {
             let mut guard = set.lock();
-            // SAFETY: the set's lock; the controller it is in.
+            // SAFETY: the set's lock; the controller it is in, whose core queues still exist.
             unsafe { set.remove(&mut guard, self.core()) };
+        }
+    }
+
+    /// Whether a tag set is still allocated (which `finish` rules out).
+    fn sets_allocated(&self) -> bool {
+        *self.io_set.lock() || *self.admin_set.lock()
+    }
+}
+
+#[pinned_drop]
+impl<T: ControllerOps> PinnedDrop for Controller<T> {
+    fn drop(self: Pin<&mut Self>) {
+        // Idle since `finish`: cancelled once more before what they reach goes.
+        for w in self.works.iter() {
+            w.work.cancel_sync();
         }
     }
 }
@@ -438,16 +455,20 @@ queue_calls! {
     quiesce => nvme_quiesce_admin_queue;
     /// Restarts dispatch on the admin queue (`nvme_unquiesce_admin_queue`).
     unquiesce => nvme_unquiesce_admin_queue;
-    /// Ends the admin commands in flight, for the core to retry or fail them
-    /// (`nvme_cancel_admin_tagset`). The transport's queue must be stopped first: no response
-    /// or send completion of them may run meanwhile.
-    cancel_requests => nvme_cancel_admin_tagset;
     /// Starts what the core runs for a live controller: keep-alive, asynchronous events,
     /// namespace scanning (`nvme_start_ctrl`).
     start_ctrl => nvme_start_ctrl;
 }
 
 impl<'a, T: ControllerOps> AdminQueue<'a, T> {
+    /// Ends the admin commands in flight, for the core to retry or fail them (see
+    /// [`TagSet`]'s cancellation, which takes their shares over). The transport stops its queue
+    /// first, so that no response of them comes late.
+    pub(crate) fn cancel_requests(&self) {
+        // SAFETY: the set's lock is held (type invariant); the controller it is in.
+        unsafe { self.ctrl.admin_set.cancel(&self.guard, self.ctrl.core()) };
+    }
+
     /// Waits for the admin queue's timeout work (`blk_sync_queue`). Sleeps.
     pub(crate) fn sync(&self) {
         // SAFETY: the admin queue exists while its set is allocated (type invariant).
@@ -522,10 +543,6 @@ queue_calls! {
     unquiesce => nvme_unquiesce_io_queues;
     /// Waits for the namespaces' timeout work (`nvme_sync_io_queues`).
     sync => nvme_sync_io_queues;
-    /// Ends the I/O commands in flight, for the core to retry or fail them
-    /// (`nvme_cancel_tagset`). The transport's queues must be stopped first: no response or
-    /// send completion of them may run meanwhile.
-    cancel_requests => nvme_cancel_tagset;
     /// Starts freezing the namespaces' queues (`nvme_start_freeze`).
     start_freeze => nvme_start_freeze;
     /// Unfreezes them (`nvme_unfreeze`).
@@ -533,6 +550,13 @@ queue_calls! {
 }
 
 impl<T: ControllerOps> IoQueues<'_, T> {
+    /// Ends the I/O commands in flight, for the core to retry or fail them (see
+    /// [`AdminQueue::cancel_requests`]).
+    pub(crate) fn cancel_requests(&self) {
+        // SAFETY: the set's lock is held (type invariant); the controller it is in.
+        unsafe { self.ctrl.io_set.cancel(&self.guard, self.ctrl.core()) };
+    }
+
     /// Waits at most `timeout_ms` for the queues to freeze; false on timeout.
     pub(crate) fn wait_freeze_timeout(&self, timeout_ms: u32) -> bool {
         let jiffies = kernel::time::msecs_to_jiffies(timeout_ms);
@@ -598,6 +622,7 @@ impl<T: ControllerOps> NewCtrl<T> {
 
 impl<T: ControllerOps> Drop for NewCtrl<T> {
     fn drop(&mut self) {
+        self.finish();
         let n = self.core().as_ptr();
         // SAFETY: an added controller that was never handed out (type invariant): undone as
         // the core expects, `nvme_uninit_ctrl` then the creation reference's put.
@@ -842,7 +867,7 @@ unsafe extern "C" fn queue_rq<T: ControllerOps>(
     // SAFETY: blk-mq dispatches a hardware context that is not BLOCKING (the core sets that
     // flag only for transports that ask) inside an RCU read-side section, for all of this call.
     let rcu = unsafe { Rcu::assume() };
-    T::queue_rq(ctrl, queue, rq, &rcu).0
+    T::queue_rq(ctrl, queue, rq, &rcu).status()
 }
 
 /// `blk_mq_ops::complete`.
@@ -988,6 +1013,14 @@ unsafe extern "C" fn free_ctrl<T: ControllerOps>(n: *mut bindings::nvme_ctrl) {
     let ptr = n as *mut Controller<T>;
     // SAFETY: per the contract; alive until the box is dropped below.
     let ctrl = unsafe { &*ptr };
+    if ctrl.sets_allocated() {
+        // The core tore its queues down already: a set cannot be removed now, nor freed.
+        crate::wrap::log::log_err!(
+            ctrl.core(),
+            "freed with a tag set allocated: the controller is leaked"
+        );
+        return;
+    }
     let list = ctrl.list.take();
     if let Some(l) = &list {
         l.remove(ptr);
@@ -1005,7 +1038,8 @@ unsafe extern "C" fn free_ctrl<T: ControllerOps>(n: *mut bindings::nvme_ctrl) {
         unsafe { bindings::nvmf_free_options(opts) };
     }
     if let Some(l) = list {
-        // Module unload may go on once this returns.
+        // Module unload may go on once this notifies it; the list's reference goes right after
+        // (the module's registry holds another until unload is past several grace periods).
         l.released();
     }
 }
@@ -1027,7 +1061,10 @@ unsafe extern "C" fn submit_async_event<T: ControllerOps>(n: *mut bindings::nvme
 /// As for `submit_async_event`.
 unsafe extern "C" fn delete_ctrl<T: ControllerOps>(n: *mut bindings::nvme_ctrl) {
     // SAFETY: per the contract.
-    T::delete_ctrl(unsafe { Controller::<T>::from_core(n.cast()) });
+    let ctrl = unsafe { Controller::<T>::from_core(n.cast()) };
+    T::delete_ctrl(ctrl);
+    // Next the core uninitializes the controller, and then frees it.
+    ctrl.finish();
 }
 
 /// `nvme_ctrl_ops::stop_ctrl`.

@@ -22,5 +22,5 @@ pub(crate) use ctrl::{
 };
 pub(crate) use fabrics::{OptMask, Transport, TransportRegistration};
 pub(crate) use options::{Options, OptionsMut, HCTX_MAX_TYPES, HCTX_TYPE_DEFAULT, HCTX_TYPE_READ};
-pub(crate) use request::{BlkStatus, OwnedRq, Rq, Share, Submitting, TimedOutRq};
+pub(crate) use request::{Dispatched, OwnedRq, Rq, Share, Submitting, TimedOutRq};
 pub(crate) use tag_set::{SetKind, TagSet, Tags};

@@ -13,8 +13,10 @@
 //! - [`Submitting`]: a request handed out as shares ([`OwnedRq::arm`]) while the submitter
 //!   still holds its own: its command's response, and the completion of a send of its pages,
 //!   each end one, and whoever ends the last one owns the request again.
+//! - [`Dispatched`]: what `queue_rq` returns, which only the calls that hand the request on
+//!   (sent, failed, requeued, ended) give, with the status that goes with what they did.
 //! - [`TimedOutRq`]: a request in blk-mq's timeout handler, which a response may be ending
-//!   meanwhile: only the core's guarded completion is offered.
+//!   meanwhile: it is completed only if its response share is still held, which it takes.
 //! - [`BusyRq`]: a started request a tag-set walk holds for the call.
 //!
 //! C headers: [`include/linux/blk-mq.h`](srctree/include/linux/blk-mq.h),
@@ -32,35 +34,60 @@ use kernel::prelude::*;
 use kernel::types::Opaque;
 
 /// A blk-mq status (`blk_status_t`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct BlkStatus(pub(in crate::wrap) bindings::blk_status_t);
+type BlkStatus = bindings::blk_status_t;
+const BLK_STS_OK: BlkStatus = 0;
+/// Out of a resource: blk-mq retries the request when some I/O completes.
+const BLK_STS_RESOURCE: BlkStatus = 9;
+const BLK_STS_IOERR: BlkStatus = 10;
 
-impl BlkStatus {
-    pub(crate) const OK: Self = Self(0);
-    /// Out of a resource: blk-mq retries the request when some I/O completes.
-    pub(crate) const RESOURCE: Self = Self(9);
-    pub(crate) const IOERR: Self = Self(10);
+/// What `queue_rq` did with its request, and the status blk-mq gets for it: only the calls
+/// that hand the request on give one, each the status that goes with what it did, so a
+/// request is never both handed on and returned with an error.
+///
+/// # Invariants
+///
+/// Made only by a call that consumed the request of the `queue_rq` that returns it (`'a`, the
+/// request's lifetime, is invariant), with the status that goes with what that call did.
+#[must_use = "queue_rq returns it"]
+pub(crate) struct Dispatched<'a> {
+    status: BlkStatus,
+    _rq: PhantomData<fn(&'a ()) -> &'a ()>,
+}
+
+impl Dispatched<'_> {
+    fn new(status: BlkStatus) -> Self {
+        Self {
+            status,
+            _rq: PhantomData,
+        }
+    }
+
+    pub(in crate::wrap) fn status(&self) -> BlkStatus {
+        self.status
+    }
 }
 
 /// The size of an NVMe command capsule (`struct nvme_command`).
 pub(crate) const SQE_BYTES: usize = 64;
 
-/// The parties a request is handed out to while its command is in flight (see
-/// [`OwnedRq::arm`]).
+/// The parties besides the submitter a request is handed out to while its command is in flight
+/// (see [`OwnedRq::arm`]); the submitter's own share is the [`Submitting`] handle's.
 #[derive(Clone, Copy)]
 pub(crate) enum Share {
-    /// The submitter (`queue_rq`), until the command is posted.
-    Submit,
     /// The command's response.
     Response,
     /// The completion of a send of the request's own pages.
     Send,
 }
 
+/// The submitter's share (see [`Submitting`]).
+const SUBMIT: u8 = 1;
+/// The shares of the parties that end a request from the fabric: its response, its send.
+pub(in crate::wrap) const REMOTE_SHARES: u8 = 2 | 4;
+
 impl Share {
     fn bit(self) -> u8 {
         match self {
-            Share::Submit => 1,
             Share::Response => 2,
             Share::Send => 4,
         }
@@ -79,7 +106,9 @@ pub(crate) struct NotHeld;
 /// Exists only in the PDU of a request of a tag set a [`Controller`](super::Controller)
 /// allocated with PDUs of this type: its `init_request` callback initializes it in place, its
 /// `exit_request` drops it. `nreq` comes first, as `nvme_req(rq)` requires, and its `cmd`
-/// points to `cmd`. `shares` holds the bits of the [`Share`]s handed out and not ended.
+/// points to `cmd`. `shares` holds the bits of the shares handed out and not ended (the
+/// submitter's, `SUBMIT`, and the [`Share`]s); a share is ended once, by its holder, or all of
+/// them by whoever takes the request over from them (the timeout handler, a cancellation).
 #[repr(C)]
 pub(in crate::wrap) struct Pdu<P> {
     pub(in crate::wrap) nreq: Opaque<bindings::nvme_request>,
@@ -151,17 +180,32 @@ impl<'a, P> Rq<'a, P> {
     /// Ends `share`: `Err` if it is not held; `Some` with the request when it was the last
     /// one, whose owner the caller now is.
     pub(crate) fn end_share(self, share: Share) -> Result<Option<OwnedRq<'a, P>>, NotHeld> {
-        let bit = share.bit();
+        self.end_bits(share.bit())
+    }
+
+    /// Ends the shares of `bits`, which must all be held.
+    fn end_bits(self, bits: u8) -> Result<Option<OwnedRq<'a, P>>, NotHeld> {
         let old = self
             .raw_pdu()
             .shares
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                (s & bit != 0).then_some(s & !bit)
+                (s & bits == bits).then_some(s & !bits)
             })
             .map_err(|_| NotHeld)?;
         // INVARIANT (`OwnedRq`): the last share of a request handed out by its owner has
         // ended: ownership returns to whoever ended it, once.
-        Ok((old == bit).then_some(OwnedRq(self)))
+        Ok((old == bits).then_some(OwnedRq(self)))
+    }
+
+    /// Takes every share of the request if one of `bits` is held: the caller then owns the
+    /// request, and the other holders find their shares ended.
+    pub(in crate::wrap) fn take_over(self, bits: u8) -> bool {
+        self.raw_pdu()
+            .shares
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s & bits != 0).then_some(0)
+            })
+            .is_ok()
     }
 
     /// The command the core built for the request (`nvme_setup_cmd`).
@@ -308,11 +352,10 @@ impl<'a, P> OwnedRq<'a, P> {
         // at most `N` entries into the local array.
         let n = unsafe { bindings::rsrdma_rq_bvecs(self.ptr(), bv.as_mut_ptr(), N as u32) };
         let n = (n as usize).min(N);
-        let mut ranges = [None; N];
+        let mut ranges = [PageRange::EMPTY; N];
         for (r, bv) in ranges.iter_mut().zip(&bv[..n]) {
             // SAFETY: a range of the owned request's data, borrowed for the `Ranges`.
-            *r =
-                Some(unsafe { PageRange::new(NonNull::new(bv.bv_page)?, bv.bv_offset, bv.bv_len) });
+            *r = unsafe { PageRange::new(NonNull::new(bv.bv_page)?, bv.bv_offset, bv.bv_len) };
         }
         (n > 0).then_some(Ranges { ranges, n })
     }
@@ -325,25 +368,49 @@ impl<'a, P> OwnedRq<'a, P> {
 
     /// Hands a request the controller cannot take now back to the core, which fails or
     /// requeues it (`nvme_fail_nonready_command`).
-    pub(crate) fn fail_nonready(self, ctrl: &CoreCtrl) -> BlkStatus {
+    pub(crate) fn fail_nonready(self, ctrl: &CoreCtrl) -> Dispatched<'a> {
         // SAFETY: a live controller and an owned request, which the handle gives up.
-        BlkStatus(unsafe { bindings::nvme_fail_nonready_command(ctrl.as_ptr(), self.ptr()) })
+        let status = unsafe { bindings::nvme_fail_nonready_command(ctrl.as_ptr(), self.ptr()) };
+        // INVARIANT: the core's status for what it did with the request.
+        Dispatched::new(status)
     }
 
     /// Builds the request's command in its PDU (`nvme_setup_cmd`), for the namespace of its
-    /// request queue (none for the admin and connect queues).
-    pub(crate) fn setup_cmd(&self) -> BlkStatus {
+    /// request queue (none for the admin and connect queues); on failure, the request goes
+    /// back to blk-mq with the core's status.
+    pub(crate) fn setup_cmd(self) -> Result<Self, Dispatched<'a>> {
         // SAFETY: an owned request: its request queue is live, and the core set the queue's
         // `queuedata` to its namespace, or left it null, before any request.
         let ns = unsafe { (*(*self.ptr()).q).queuedata as *mut bindings::nvme_ns };
         // SAFETY: an owned request not yet started, with its queue's namespace.
-        BlkStatus(unsafe { bindings::nvme_setup_cmd(ns, self.ptr()) })
+        let status = unsafe { bindings::nvme_setup_cmd(ns, self.ptr()) };
+        if status == BLK_STS_OK {
+            return Ok(self);
+        }
+        // INVARIANT: blk-mq ends the request with the core's error status.
+        Err(Dispatched::new(status))
     }
 
-    /// Undoes `setup_cmd` for a request handed back to blk-mq unsent (`nvme_cleanup_cmd`).
-    pub(crate) fn cleanup_cmd(&self) {
+    /// Undoes `setup_cmd` (`nvme_cleanup_cmd`).
+    fn cleanup_cmd(&self) {
         // SAFETY: an owned request.
         unsafe { bindings::nvme_cleanup_cmd(self.ptr()) }
+    }
+
+    /// Hands the request back to blk-mq unsent, to retry it when some I/O completes (its
+    /// command undone).
+    pub(crate) fn requeue(self) -> Dispatched<'a> {
+        self.cleanup_cmd();
+        // INVARIANT: blk-mq keeps the request and dispatches it again.
+        Dispatched::new(BLK_STS_RESOURCE)
+    }
+
+    /// Hands the request back to blk-mq unsent, to end it with an I/O error (its command
+    /// undone).
+    pub(crate) fn fail(self) -> Dispatched<'a> {
+        self.cleanup_cmd();
+        // INVARIANT: blk-mq ends the request with the error.
+        Dispatched::new(BLK_STS_IOERR)
     }
 
     /// Starts the request's timer (`nvme_start_request`).
@@ -354,9 +421,11 @@ impl<'a, P> OwnedRq<'a, P> {
 
     /// Completes the request with a host path error, for the core to retry or fail over
     /// (`nvme_host_path_error`).
-    pub(crate) fn host_path_error(self) -> BlkStatus {
+    pub(crate) fn host_path_error(self) -> Dispatched<'a> {
         // SAFETY: an owned request, which the handle gives up.
-        BlkStatus(unsafe { bindings::nvme_host_path_error(self.ptr()) })
+        let status = unsafe { bindings::nvme_host_path_error(self.ptr()) };
+        // INVARIANT: the core completed the request and gives its status.
+        Dispatched::new(status)
     }
 
     /// Records the response (its status field as received, the result) in the request
@@ -377,7 +446,7 @@ impl<'a, P> OwnedRq<'a, P> {
     /// Hands the request out for its command: the submitter's share, returned, the
     /// response's, and with `send` the share of its pages' send completion (see [`Share`]).
     pub(crate) fn arm(self, send: bool) -> Submitting<'a, P> {
-        let mut bits = Share::Submit.bit() | Share::Response.bit();
+        let mut bits = SUBMIT | Share::Response.bit();
         if send {
             bits |= Share::Send.bit();
         }
@@ -397,26 +466,36 @@ impl<'a, P> OwnedRq<'a, P> {
 pub(crate) struct Submitting<'a, P>(Rq<'a, P>);
 
 impl<'a, P> Submitting<'a, P> {
-    /// Ends the submitter's share once the command is sent: `Some` with the request if the
-    /// other shares ended meanwhile.
-    pub(crate) fn sent(self) -> Option<OwnedRq<'a, P>> {
-        // The submitter's share is held (type invariant): not `Err`.
-        self.0.end_share(Share::Submit).ok().flatten()
+    /// Ends the submitter's share once the command is sent; with it the request if the other
+    /// shares ended meanwhile (the caller ends it), or if one took it over.
+    pub(crate) fn sent(self) -> (Dispatched<'a>, Option<OwnedRq<'a, P>>) {
+        // INVARIANT: the command is sent; blk-mq gets success, the request is the shares'.
+        // The submitter's share may be gone: the timeout handler or a cancellation took the
+        // request over, and ends it.
+        (
+            Dispatched::new(BLK_STS_OK),
+            self.0.end_bits(SUBMIT).ok().flatten(),
+        )
     }
 
     /// Takes the request back unsent: every share ends, and a response or send completion
-    /// naming it from now on finds none.
-    pub(crate) fn reclaim(self) -> OwnedRq<'a, P> {
-        self.0.raw_pdu().shares.store(0, Ordering::Release);
-        // INVARIANT: the submitter held the request before it handed it out, and takes every
-        // share back.
-        OwnedRq(self.0)
+    /// naming it from now on finds none. `Err` if another party took the request over (and
+    /// ends it): `queue_rq` is done with it.
+    pub(crate) fn reclaim(self) -> Result<OwnedRq<'a, P>, Dispatched<'a>> {
+        if self.0.take_over(SUBMIT) {
+            // INVARIANT: the submitter held the request before it handed it out, and takes
+            // every share back.
+            Ok(OwnedRq(self.0))
+        } else {
+            // INVARIANT: the request is another party's, which ends it.
+            Err(Dispatched::new(BLK_STS_OK))
+        }
     }
 }
 
 /// A request in blk-mq's timeout handler. The handler holds a reference to it for the call,
-/// but a response may end it meanwhile: the only way to end it is the core's completion,
-/// which checks that it has not ended.
+/// but a response may end it meanwhile: it is ended here only if its response share is still
+/// held, which the handler takes over, with every other share.
 pub(crate) struct TimedOutRq<'a, P>(Rq<'a, P>);
 
 impl<'a, P> TimedOutRq<'a, P> {
@@ -442,12 +521,17 @@ impl<'a, P> TimedOutRq<'a, P> {
         self.0.sqe()
     }
 
-    /// Ends the request as timed out, unless it already ended
-    /// (`nvmf_complete_timed_out_request`).
-    pub(crate) fn complete(self) {
-        // SAFETY: a started request, held by the timeout handler; the core completes it only
-        // if it has not completed.
-        unsafe { bindings::rsrdma_nvmf_complete_timed_out_request(self.ptr()) }
+    /// Ends the request as timed out if its response is still awaited: takes every share over
+    /// and completes it (`nvmf_complete_timed_out_request`). False if a response came (its
+    /// last share's holder ends it).
+    pub(crate) fn complete(self) -> bool {
+        if !self.0.take_over(Share::Response.bit()) {
+            return false;
+        }
+        // SAFETY: a started request, held by the timeout handler, whose shares were all taken
+        // over above: no other party ends it; the core completes it unless it has completed.
+        unsafe { bindings::rsrdma_nvmf_complete_timed_out_request(self.ptr()) };
+        true
     }
 }
 
@@ -466,17 +550,13 @@ impl<P> BusyRq<'_, P> {
 
 /// A request's data as ranges, at most `N` (see [`OwnedRq::ranges`]).
 pub(crate) struct Ranges<'a, const N: usize> {
-    ranges: [Option<PageRange<'a>>; N],
+    ranges: [PageRange<'a>; N],
     n: usize,
 }
 
 impl<'a, const N: usize> Ranges<'a, N> {
     /// The ranges, in order.
-    pub(crate) fn get(&self) -> impl Iterator<Item = PageRange<'a>> + '_ {
-        self.ranges[..self.n].iter().flatten().copied()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.n
+    pub(crate) fn as_slice(&self) -> &[PageRange<'a>] {
+        &self.ranges[..self.n]
     }
 }

@@ -15,7 +15,7 @@
 
 use super::super::bindings;
 use super::super::sync::{self, Rcu, RcuReadGuard};
-use super::request::{BusyRq, Pdu, Rq};
+use super::request::{BusyRq, Pdu, Rq, REMOTE_SHARES};
 use super::{status_result, CoreCtrl, Failure};
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -64,8 +64,8 @@ pub(in crate::wrap) type SetGuard<'a> = Guard<'a, bool, MutexBackend>;
 impl<P> TagSet<P> {
     /// A zeroed set, not allocated, as the core's allocation expects it.
     pub(in crate::wrap) fn new(kind: SetKind) -> impl PinInit<Self> {
-        // A lockdep class per kind: the set-up holds the admin set's lock while it allocates
-        // the I/O set.
+        // A lockdep class per kind, so that holding both (which the transport does not do
+        // today) is not taken for recursion.
         let (name, key) = match kind {
             SetKind::Admin => (
                 kernel::c_str!("rsrdma_tag_set::admin"),
@@ -138,8 +138,10 @@ impl<P> TagSet<P> {
     }
 
     /// Closes the set to readers, waits for those already reading, and removes it
-    /// (`nvme_remove_*_tag_set`), if it is allocated; the core's pointers to it are cleared,
-    /// so that its own checks see it gone. Sleeps.
+    /// (`nvme_remove_*_tag_set`), if it is allocated; the core's pointers to the tag set (and
+    /// to the I/O connect queue, which the removal puts) are cleared, so that its own checks
+    /// see them gone. The admin and fabrics request queues stay, dying, until the core frees
+    /// the controller, as in the C transports. Sleeps.
     ///
     /// # Safety
     ///
@@ -152,14 +154,13 @@ impl<P> TagSet<P> {
         sync::synchronize_rcu();
         let n = ctrl.as_ptr();
         // SAFETY: the set was allocated for `ctrl`, which is alive while its sets are, and no
-        // reader is left in it. The pointers cleared are the ones the removal freed.
+        // reader is left in it. The pointers cleared are the tag sets the removal freed, and
+        // the connect queue it put.
         unsafe {
             match self.kind {
                 SetKind::Admin => {
                     bindings::nvme_remove_admin_tag_set(n);
                     (*n).admin_tagset = core::ptr::null_mut();
-                    (*n).admin_q = core::ptr::null_mut();
-                    (*n).fabrics_q = core::ptr::null_mut();
                 }
                 SetKind::Io => {
                     bindings::nvme_remove_io_tag_set(n);
@@ -170,6 +171,44 @@ impl<P> TagSet<P> {
         }
         // INVARIANT: removed, under the lock.
         **guard = false;
+    }
+
+    /// Ends the started requests of the set whose response or send completion is awaited, for
+    /// the core to retry or fail them (`nvme_cancel_request`: a host-aborted status), taking
+    /// their shares over, so that a response or completion that still comes finds none; then
+    /// waits for the ends (`blk_mq_tagset_wait_completed_request`). A request whose last share
+    /// ended is left to the party that ended it. Nothing if the set is not allocated.
+    ///
+    /// # Safety
+    ///
+    /// `guard` is this set's lock; `ctrl` is the controller the set is embedded in.
+    pub(in crate::wrap) unsafe fn cancel(&self, guard: &SetGuard<'_>, ctrl: &CoreCtrl) {
+        /// # Safety
+        ///
+        /// `rq` is a started request of a set whose PDUs are `Pdu<P>`, held by the walk;
+        /// `data` is the set's core controller.
+        unsafe extern "C" fn cancel_one<P>(rq: *mut bindings::request, data: *mut c_void) -> bool {
+            // SAFETY: per the function's contract.
+            if unsafe { Rq::<P>::from_raw(rq) }.take_over(REMOTE_SHARES) {
+                // SAFETY: a started request of the controller `data`, whose shares this took
+                // over: no other party ends it.
+                unsafe { bindings::nvme_cancel_request(rq, data) };
+            }
+            true
+        }
+        if !**guard {
+            return;
+        }
+        // SAFETY: an allocated set (the lock is held) of controller `ctrl`; the walk holds each
+        // request for the call, and `cancel_one::<P>` reads PDUs of this set's type.
+        unsafe {
+            bindings::blk_mq_tagset_busy_iter(
+                self.as_ptr(),
+                Some(cancel_one::<P>),
+                ctrl.as_ptr().cast(),
+            );
+            bindings::blk_mq_tagset_wait_completed_request(self.as_ptr());
+        }
     }
 
     /// Sets the number of the set's hardware queues (`blk_mq_update_nr_hw_queues`), which
@@ -268,7 +307,8 @@ impl<'a, P> Tags<'a, P> {
     ///
     /// A request in flight stays allocated for `'a`. A stray identifier can name a tag whose
     /// request came from the I/O scheduler's tags, which a scheduler change frees: the C
-    /// drivers share that window, and only a misbehaving target opens it.
+    /// drivers share that window (`nvme_find_rq`), and only a misbehaving target opens it;
+    /// it is the one known exception to this wrapper's soundness.
     pub(crate) fn find(&self, cid: u16) -> Option<Rq<'a, P>> {
         // SAFETY: the tags of a ready set (type invariant).
         let rq = unsafe { bindings::rsrdma_nvme_find_rq(self.ptr.as_ptr(), cid) };

@@ -26,7 +26,8 @@ use kernel::str::CStr;
 use kernel::sync::Arc;
 
 /// What a CM id's owner does with its events. The handler runs in the CM's work context, one
-/// event of an id at a time; it must not destroy its own id (nothing gives it one).
+/// event of an id at a time, under the id's handler lock: it must not connect, detach or drop
+/// its own id (which take that lock), nor wait for one of those.
 pub(crate) trait CmHandler: Send + Sync + Sized + 'static {
     fn event(&self, event: &CmEvent<'_>);
 }
@@ -316,8 +317,8 @@ impl<C: CmHandler> CmId<C> {
 impl<C: CmHandler> Drop for CmId<C> {
     fn drop(&mut self) {
         // SAFETY: owned id without a QP (type invariant). rdma_destroy_id waits for a running
-        // event handler, which cannot be the caller (handlers have no `CmId`). The handler box
-        // is dropped after this.
+        // event handler (a handler dropping its own id deadlocks, see `CmHandler`, but frees
+        // nothing early). The handler box is dropped after this.
         unsafe { bindings::rdma_destroy_id(self.as_ptr()) };
     }
 }
@@ -398,8 +399,7 @@ impl<C: CmHandler, Q: QpHandler> CmQp<C, Q> {
             ..Default::default()
         };
         // SAFETY: the id is owned and has a QP (type invariant); the CM copies `conn` and its
-        // private data. Not from the id's handler (it takes the handler lock): handlers have no
-        // `CmQp`.
+        // private data.
         to_result(unsafe { bindings::rdma_connect(self.id.as_ptr(), &conn as *const _ as *mut _) })
     }
 
@@ -409,8 +409,10 @@ impl<C: CmHandler, Q: QpHandler> CmQp<C, Q> {
         unsafe { bindings::rdma_disconnect(self.id.as_ptr()) };
     }
 
-    /// Destroys the QP of the id.
+    /// Drains the QP (unless it is drained) and destroys it: no completion of it is left to
+    /// refer to it once it is gone.
     fn destroy_qp(&self) {
+        self.qp.drain();
         // SAFETY: owned id with a QP (type invariant); rdma_destroy_qp clears `qp` under the
         // id's lock, so the CM never touches the destroyed QP.
         unsafe { bindings::rdma_destroy_qp(self.id.as_ptr()) };

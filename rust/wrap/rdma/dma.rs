@@ -5,7 +5,8 @@
 //!
 //! - [`DmaBuf`]: a buffer of kernel memory that a mapping owns (the command and response
 //!   rings of a connection).
-//! - [`PageMaps`]: up to [`MAX_PAGE_RANGES`] ranges of a request's pages, each holding its page.
+//! - [`PageMaps`]: up to [`MAX_PAGE_RANGES`] ranges of a request's pages, for the QP that sends
+//!   them (see `super::qp`).
 //! - [`ChunkMaps`]: a [`ChunkSet`] (the registered pool), piece by piece.
 //!
 //! C headers: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h) (`ib_dma_*`),
@@ -41,7 +42,7 @@ impl DmaDir {
     }
 }
 
-/// A streaming DMA mapping of `len` bytes for a device.
+/// A streaming DMA mapping of `len` bytes for a device, which it holds.
 ///
 /// # Invariants
 ///
@@ -190,8 +191,12 @@ unsafe impl Send for DmaBuf {}
 unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
-    /// Allocates `len` zeroed bytes and maps them for `dev` in direction `dir`.
+    /// Allocates `len` zeroed bytes and maps them for `dev` in direction `dir`; `EINVAL` for
+    /// none.
     pub(crate) fn new(dev: &Device, len: usize, dir: DmaDir) -> Result<Self> {
+        if len == 0 {
+            return Err(EINVAL);
+        }
         let buf = RawBuf::zeroed(len)?;
         // SAFETY: the memory is owned by `buf`, which the returned value drops after the
         // mapping (field order).
@@ -266,6 +271,17 @@ pub(crate) struct PageRange<'a> {
     _rq: PhantomData<&'a ()>,
 }
 
+impl PageRange<'static> {
+    /// A placeholder for the unused entries of an array of ranges; it names no memory (and is
+    /// never mapped: its length is 0, and arrays of ranges are used up to their count only).
+    pub(in crate::wrap) const EMPTY: Self = Self {
+        page: NonNull::dangling(),
+        offset: 0,
+        len: 0,
+        _rq: PhantomData,
+    };
+}
+
 impl PageRange<'_> {
     /// # Safety
     ///
@@ -289,113 +305,84 @@ impl PageRange<'_> {
     }
 }
 
-/// One range of [`PageMaps`].
+/// Ranges of a request's pages mapped for a device to read: the in-capsule data of a write
+/// sent from the request's own pages. Only a QP makes them (`Qp::map_pages`), and keeps them
+/// until the send completes: the request, whose send share that completion ends, keeps its
+/// pages meanwhile.
 ///
 /// # Invariants
 ///
-/// `page` is held (`get_page`); `addr` maps `len` bytes of it for the device of the owning
-/// [`PageMaps`], to the device.
-struct PageMap {
-    page: NonNull<bindings::page>,
-    addr: u64,
-    len: u32,
-}
-
-/// Ranges of pages mapped for a device to read, each page held until it is unmapped: the
-/// in-capsule data of a write sent from the request's own pages.
-///
-/// # Invariants
-///
-/// The first `n` entries of `maps` are mappings for `dev`, which is held.
-pub(crate) struct PageMaps {
-    dev: DeviceRef,
-    maps: [Option<PageMap>; MAX_PAGE_RANGES],
+/// The first `n` entries of `maps` are (device address, length) of mappings to the device of
+/// `dev`, which outlives them (the QP that owns them holds its PD's device).
+pub(in crate::wrap) struct PageMaps {
+    dev: NonNull<bindings::ib_device>,
+    maps: [(u64, u32); MAX_PAGE_RANGES],
     n: usize,
 }
 
-// SAFETY: the pages are held and mapped; the handle only unmaps and releases them, from any
-// thread.
+// SAFETY: the mappings are only unmapped, once, from any thread; the device is `Sync`.
 unsafe impl Send for PageMaps {}
 // SAFETY: shared access reads the addresses only.
 unsafe impl Sync for PageMaps {}
 
 impl PageMaps {
-    /// Maps `ranges` for `dev` to read; `EINVAL` for more than [`MAX_PAGE_RANGES`], `ENODEV`
-    /// if the device is going away.
-    pub(crate) fn map<'r>(
-        dev: &Device,
-        ranges: impl IntoIterator<Item = PageRange<'r>>,
-    ) -> Result<Self> {
-        // INVARIANT: no entry mapped yet.
+    /// Maps `ranges` for `dev` to read; `EINVAL` for more than [`MAX_PAGE_RANGES`].
+    ///
+    /// # Safety
+    ///
+    /// `dev` outlives the returned value, and so do the ranges' pages.
+    pub(in crate::wrap) unsafe fn map(dev: &Device, ranges: &[PageRange<'_>]) -> Result<Self> {
+        if ranges.len() > MAX_PAGE_RANGES {
+            return Err(EINVAL);
+        }
+        // INVARIANT: no entry mapped yet, for a device that outlives the value (contract).
         let mut maps = Self {
-            dev: dev.get().ok_or(ENODEV)?,
-            maps: Default::default(),
+            dev: NonNull::from(dev).cast(),
+            maps: [(0, 0); MAX_PAGE_RANGES],
             n: 0,
         };
         let dir = DmaDir::ToDevice.raw();
         for r in ranges {
-            if maps.n == MAX_PAGE_RANGES {
-                // The ranges mapped so far are unmapped as `maps` drops.
-                return Err(EINVAL);
-            }
-            // SAFETY: a page of an owned request's data (`PageRange` invariant): alive, so it
-            // can be held.
-            unsafe { bindings::rsrdma_get_page(r.page.as_ptr()) };
-            // SAFETY: a registered device (held) and a held page, whose range (`PageRange`
-            // invariant) is mapped.
+            // SAFETY: a registered device; the range is a piece of a request's data (`PageRange`
+            // invariant), whose pages outlive the mapping (contract).
             let addr = unsafe {
-                bindings::rsrdma_dma_map_page(
-                    maps.dev.as_ptr(),
-                    r.page.as_ptr(),
-                    r.offset,
-                    r.len,
-                    dir,
-                )
+                bindings::rsrdma_dma_map_page(dev.as_ptr(), r.page.as_ptr(), r.offset, r.len, dir)
             };
             // SAFETY: from this device's mapping call.
-            if unsafe { bindings::rsrdma_dma_mapping_error(maps.dev.as_ptr(), addr) } != 0 {
-                // SAFETY: held just above.
-                unsafe { bindings::rsrdma_put_page(r.page.as_ptr()) };
+            if unsafe { bindings::rsrdma_dma_mapping_error(dev.as_ptr(), addr) } != 0 {
                 // The ranges mapped so far are unmapped as `maps` drops.
                 return Err(ENOMEM);
             }
-            // INVARIANT: one more mapping of a held page for `dev`.
-            maps.maps[maps.n] = Some(PageMap {
-                page: r.page,
-                addr,
-                len: r.len,
-            });
+            // INVARIANT: one more mapping for `dev`.
+            maps.maps[maps.n] = (addr, r.len);
             maps.n += 1;
         }
         Ok(maps)
     }
 
-    /// The mapped ranges as (device address, length).
-    pub(in crate::wrap) fn ranges(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.maps[..self.n]
-            .iter()
-            .flatten()
-            .map(|m| (m.addr, m.len))
+    /// Whether the mappings are for `dev`.
+    pub(in crate::wrap) fn is_for(&self, dev: &Device) -> bool {
+        self.dev.as_ptr() == dev.as_ptr()
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.n
+    /// The mapped ranges as (device address, length).
+    pub(in crate::wrap) fn ranges(&self) -> &[(u64, u32)] {
+        &self.maps[..self.n]
     }
 }
 
 impl Drop for PageMaps {
     fn drop(&mut self) {
-        for m in self.maps[..self.n].iter().flatten() {
-            // SAFETY: mapped for `dev`, which is held, to the device (type invariant).
+        for &(addr, len) in self.ranges() {
+            // SAFETY: mapped to the device for `dev`, which is alive (type invariant).
             unsafe {
                 bindings::rsrdma_dma_unmap_single(
                     self.dev.as_ptr(),
-                    m.addr,
-                    m.len as usize,
+                    addr,
+                    len as usize,
                     DmaDir::ToDevice.raw(),
-                );
-                bindings::rsrdma_put_page(m.page.as_ptr());
-            }
+                )
+            };
         }
     }
 }

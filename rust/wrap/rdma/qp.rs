@@ -11,16 +11,21 @@
 //! safe.
 //!
 //! Completions and asynchronous events go to the owner's [`QpHandler`], with the QP: a receive
-//! by its buffer's index, a send by the completion id it was posted with.
+//! by its buffer's index, a send by the completion id it was posted with. Completion ids are
+//! of two kinds: plain ones, which any number of sends may share, and holding ones, each used
+//! by one send at a time that holds something until it completes (the pages of in-capsule
+//! data, a memory region being registered); what it held is released before the handler
+//! runs.
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h).
 
 use super::super::bindings;
 use super::super::sync::TakeCell;
 use super::cq::Cq;
-use super::dma::{DmaBuf, DmaDir, PageMaps, MAX_PAGE_RANGES};
+use super::dma::{DmaBuf, DmaDir, PageMaps, PageRange, MAX_PAGE_RANGES};
 use super::mr::{Access, MemoryRegion, Pd};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::marker::PhantomData;
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use kernel::error::to_result;
 use kernel::ffi::c_void;
 use kernel::prelude::*;
@@ -33,9 +38,10 @@ use kernel::sync::Arc;
 pub(crate) trait QpHandler: Send + Sync + Sized + 'static {
     /// Receive buffer `index` completed: filled, or flushed (see [`Wc::ok`]).
     fn recv_done(qp: &Qp<Self>, index: u32, wc: &Wc<'_>);
-    /// A send posted with completion id `id` completed: a signaled one, or one that failed;
-    /// `held` is what the QP kept for it (see [`SendData::Pages`], [`Qp::post_reg_mr`]).
-    fn send_done(qp: &Qp<Self>, id: u32, wc: &Wc<'_>, held: Option<Held>);
+    /// A send posted with completion id `id` completed: a signaled one, or one that failed.
+    /// What a holding id's send held (see [`SendData::Pages`], [`Qp::post_reg_mr`]) is
+    /// released already.
+    fn send_done(qp: &Qp<Self>, id: u32, wc: &Wc<'_>);
     /// An asynchronous event of the QP.
     fn event(qp: &Qp<Self>, event: QpEvent);
 }
@@ -50,8 +56,10 @@ pub(crate) struct QpCaps {
     /// Send buffers (capsules sent by reference), of `send_size` bytes each.
     pub(crate) send_bufs: u32,
     pub(crate) send_size: usize,
-    /// Completion ids of sends (see [`Qp::post_send`]).
+    /// Plain completion ids of sends, `0..send_ids` (see [`Qp::post_send`]).
     pub(crate) send_ids: u32,
+    /// Holding completion ids, numbered after the plain ones.
+    pub(crate) held_ids: u32,
     /// Gather elements of data a send may carry after its capsule: at most
     /// [`MAX_PAGE_RANGES`], and fewer if the device has fewer (see [`Qp::data_sges`]).
     pub(crate) data_sges: usize,
@@ -61,7 +69,7 @@ pub(crate) struct QpCaps {
 }
 
 /// What a send holds until it completes; dropping it releases that.
-pub(crate) enum Held {
+enum Held {
     /// The pages its data was sent from ([`SendData::Pages`]).
     Pages { _maps: PageMaps },
     /// The memory region it registered ([`Qp::post_reg_mr`]).
@@ -78,9 +86,17 @@ pub(crate) enum SendData<'a> {
         offset: u64,
         len: u32,
     },
-    /// Mapped pages, which the QP holds until the send completes; such a send always asks for
-    /// a completion.
-    Pages(PageMaps),
+    /// A request's pages mapped by this QP ([`Qp::map_pages`]), which the QP holds mapped
+    /// until the send completes; such a send always asks for a completion, on a holding id.
+    Pages(MappedPages<'a>),
+}
+
+/// Ranges of a request's pages mapped for a QP's device ([`Qp::map_pages`]), to be sent with
+/// [`SendData::Pages`]; unmapped on drop. The request's pages stay until the send completes:
+/// the request's send share keeps it from ending.
+pub(crate) struct MappedPages<'q> {
+    maps: PageMaps,
+    _qp: PhantomData<&'q ()>,
 }
 
 /// A work completion, valid for the handler's call.
@@ -146,11 +162,16 @@ impl QpEvent {
 ///
 /// `qp` is the QP of a CM id, created with this object (boxed, at a fixed address) as its
 /// context and `cq` as its send and receive CQ; it is destroyed before this object is dropped
-/// (by [`CmQp`](super::cm::CmQp)). `recv_cqes` and `send_cqes` have the sizes `caps` gave;
-/// each entry's `done` is this type's trampoline of its kind. `held[id]` holds what the send
-/// with completion id `id` in flight keeps.
+/// (by [`CmQp`](super::cm::CmQp)). `recv_cqes` and `send_cqes` have the sizes `caps` gave (the
+/// plain ids, then the holding ones); each entry's `done` is this type's trampoline of its
+/// kind. `held[i]` holds what the send in flight with holding id `send_ids + i` keeps.
+/// `drained` is set only when no work request posted is left without its completion.
 pub(crate) struct Qp<Q: QpHandler> {
     qp: AtomicPtr<bindings::ib_qp>,
+    drained: AtomicBool,
+    // Dropped before the PD, whose device the page mappings in it need.
+    held: KVec<TakeCell<Held>>,
+    send_ids: u32,
     cq: Cq,
     pd: Arc<Pd>,
     lkey: u32,
@@ -160,7 +181,6 @@ pub(crate) struct Qp<Q: QpHandler> {
     recv_size: usize,
     recv_cqes: KVec<bindings::ib_cqe>,
     send_cqes: KVec<bindings::ib_cqe>,
-    held: KVec<TakeCell<Held>>,
     inline_capacity: u32,
     data_sges: usize,
     handler: Q,
@@ -206,8 +226,8 @@ impl<Q: QpHandler> Qp<Q> {
                 }
                 Ok::<_, Error>(v)
             };
-        let mut held = KVec::with_capacity(caps.send_ids as usize, GFP_KERNEL)?;
-        for _ in 0..caps.send_ids {
+        let mut held = KVec::with_capacity(caps.held_ids as usize, GFP_KERNEL)?;
+        for _ in 0..caps.held_ids {
             held.push(TakeCell::new(), GFP_KERNEL)?;
         }
         let data_sges = (dev.max_send_sge().saturating_sub(1) as usize)
@@ -216,6 +236,9 @@ impl<Q: QpHandler> Qp<Q> {
         let mut this = KBox::new(
             Self {
                 qp: AtomicPtr::new(core::ptr::null_mut()),
+                drained: AtomicBool::new(true),
+                held,
+                send_ids: caps.send_ids,
                 cq,
                 pd: pd.clone(),
                 lkey: pd.local_dma_lkey(),
@@ -224,8 +247,7 @@ impl<Q: QpHandler> Qp<Q> {
                 recv_bufs,
                 recv_size: caps.recv_size,
                 recv_cqes: cqes(caps.recv_bufs, recv_done::<Q>)?,
-                send_cqes: cqes(caps.send_ids, send_done::<Q>)?,
-                held,
+                send_cqes: cqes(caps.send_ids + caps.held_ids, send_done::<Q>)?,
                 inline_capacity: 0,
                 data_sges,
                 handler,
@@ -278,10 +300,6 @@ impl<Q: QpHandler> Qp<Q> {
         &self.cq
     }
 
-    pub(crate) fn pd(&self) -> &Arc<Pd> {
-        &self.pd
-    }
-
     pub(crate) fn qp_num(&self) -> u32 {
         // SAFETY: the QP exists while `self` does (type invariant).
         unsafe { (*self.qp_ptr()).qp_num }
@@ -297,12 +315,23 @@ impl<Q: QpHandler> Qp<Q> {
         self.data_sges
     }
 
+    /// The cell of holding id `id`, if it is one.
+    fn held_cell(&self, id: u32) -> Option<&TakeCell<Held>> {
+        self.held.get(id.checked_sub(self.send_ids)? as usize)
+    }
+
+    /// Marks the QP as having work requests that may not have completed.
+    fn posting(&self) {
+        self.drained.store(false, Ordering::Release);
+    }
+
     /// Posts a SEND of `capsule` with `data`, whose completion (if signaled, or failed) goes
-    /// to the handler with completion id `id`. The capsule goes as inline data when there is
-    /// no data and the QP has room (the provider copies it at post time); else it is copied
-    /// into send buffer `buf` and sent from there (`EINVAL` if `buf` is `None`). A send of
-    /// [`SendData::Pages`] is always signaled. `ENOMEM` when the send queue is full; `EBUSY`
-    /// when completion id `id` still holds something.
+    /// to the handler with completion id `id`: a plain id, or for [`SendData::Pages`] a holding
+    /// id, free (`EBUSY` otherwise; `EINVAL` for the wrong kind). The capsule goes as inline
+    /// data when there is no data and the QP has room (the provider copies it at post time);
+    /// else it is copied into send buffer `buf` and sent from there (`EINVAL` if `buf` is
+    /// `None`). A send of [`SendData::Pages`] is always signaled. `ENOMEM` when the send queue
+    /// is full or the pages cannot be mapped.
     pub(crate) fn post_send(
         &self,
         capsule: &[u8],
@@ -315,39 +344,49 @@ impl<Q: QpHandler> Qp<Q> {
         let mut sge = [bindings::ib_sge::default(); 1 + MAX_PAGE_RANGES];
         let mut n_data = 0;
         let mut signaled = signaled;
-        let mut held = false;
-        match &data {
+        let mut held = None;
+        match data {
+            SendData::None | SendData::Region { .. } if id >= self.send_ids => {
+                return Err(EINVAL);
+            }
             SendData::None => {}
             SendData::Region {
                 region,
                 offset,
                 len,
             } => {
-                let end = offset.checked_add(u64::from(*len)).ok_or(EINVAL)?;
+                let end = offset.checked_add(u64::from(len)).ok_or(EINVAL)?;
                 if end > region.length() {
                     return Err(EINVAL);
                 }
                 sge[1] = bindings::ib_sge {
                     addr: region.iova() + offset,
-                    length: *len,
+                    length: len,
                     lkey: region.lkey(),
                 };
                 n_data = 1;
             }
-            SendData::Pages(maps) => {
-                if maps.len() > self.data_sges {
+            SendData::Pages(mapped) => {
+                let cell = self.held_cell(id).ok_or(EINVAL)?;
+                let maps = mapped.maps;
+                // Mapped for this QP's device, in at most as many ranges as a send has SGEs
+                // (see `map_pages`).
+                if !maps.is_for(self.pd.device()) || maps.ranges().len() > self.data_sges {
                     return Err(EINVAL);
                 }
-                for (to, (addr, len)) in sge[1..].iter_mut().zip(maps.ranges()) {
+                if cell.is_full() {
+                    return Err(EBUSY);
+                }
+                for (to, &(addr, len)) in sge[1..].iter_mut().zip(maps.ranges()) {
                     *to = bindings::ib_sge {
                         addr,
                         length: len,
                         lkey: self.lkey,
                     };
                 }
-                n_data = maps.len();
+                n_data = maps.ranges().len();
                 signaled = true;
-                held = true;
+                held = Some((cell, Held::Pages { _maps: maps }));
             }
         }
         let mut send_flags = if signaled {
@@ -379,14 +418,13 @@ impl<Q: QpHandler> Qp<Q> {
                 lkey: self.lkey,
             }
         };
-        if held {
-            let SendData::Pages(maps) = data else {
-                return Err(EINVAL);
-            };
-            self.held[id as usize]
-                .put(Held::Pages { _maps: maps })
-                .map_err(|_| EBUSY)?;
-        }
+        let cell = match held {
+            Some((cell, h)) => {
+                cell.put(h).map_err(|_| EBUSY)?;
+                Some(cell)
+            }
+            None => None,
+        };
         let mut wr = bindings::ib_send_wr {
             sg_list: sge.as_mut_ptr(),
             num_sge: 1 + n_data as i32,
@@ -395,17 +433,36 @@ impl<Q: QpHandler> Qp<Q> {
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe as *const _ as *mut _;
+        self.posting();
         // What the SGEs name outlives the send: the capsule (copied at post time when inline),
         // its send buffer (the QP's own), memory of a region (checked by the device against its
-        // key), or pages the QP holds until the completion; so does the completion entry.
+        // key), or pages the QP holds mapped until the completion; so does the completion entry.
         // SAFETY: the QP exists (type invariant); the SGEs as said; the provider copies the
         // work request before returning.
         let ret = to_result(unsafe { bindings::rsrdma_post_send(self.qp_ptr(), &wr) });
-        if ret.is_err() && held {
+        if let (Err(_), Some(cell)) = (&ret, cell) {
             // Not posted: what it held is released now.
-            drop(self.held[id as usize].take());
+            drop(cell.take());
         }
         ret
+    }
+
+    /// Maps `ranges` of an owned request's pages for this QP's device, to send them with
+    /// [`SendData::Pages`]: `EINVAL` for more ranges than a send has data SGEs for
+    /// ([`Qp::data_sges`]).
+    pub(crate) fn map_pages<'q>(&'q self, ranges: &[PageRange<'_>]) -> Result<MappedPages<'q>> {
+        if ranges.len() > self.data_sges {
+            return Err(EINVAL);
+        }
+        // SAFETY: the PD's device outlives the mappings: the returned value borrows this QP,
+        // and once posted the QP keeps them in `held`, dropped before the PD; the request's
+        // pages stay while it is owned (`PageRange`) and, once sent, until the send completes
+        // (see `MappedPages`).
+        let maps = unsafe { PageMaps::map(self.pd.device(), ranges) }?;
+        Ok(MappedPages {
+            maps,
+            _qp: PhantomData,
+        })
     }
 
     /// Posts receive buffer `index`, handing it (back) to the device.
@@ -428,6 +485,7 @@ impl<Q: QpHandler> Qp<Q> {
             ..Default::default()
         };
         wr.__bindgen_anon_1.wr_cqe = cqe as *const _ as *mut _;
+        self.posting();
         // SAFETY: the QP exists (type invariant); the buffer and the completion entry are the
         // QP's own, which it outlives; the provider copies the work request.
         to_result(unsafe { bindings::rsrdma_post_recv(self.qp_ptr(), &wr) })
@@ -443,9 +501,11 @@ impl<Q: QpHandler> Qp<Q> {
     }
 
     /// Posts the registration (REG_MR) of `region` with `access` for the remote side, signaled,
-    /// its completion going to completion id `id`; the QP holds the region until then.
+    /// its completion going to holding id `id` (`EINVAL` for a plain one, `EBUSY` if it is in
+    /// use); the QP holds the region until then.
     pub(crate) fn post_reg_mr(&self, region: Arc<MemoryRegion>, access: Access, id: u32) -> Result {
         let cqe = self.send_cqes.get(id as usize).ok_or(EINVAL)?;
+        let cell = self.held_cell(id).ok_or(EINVAL)?;
         let mut wr = bindings::ib_reg_wr {
             mr: region.as_ptr(),
             key: region.rkey(),
@@ -455,23 +515,29 @@ impl<Q: QpHandler> Qp<Q> {
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_REG_MR;
         wr.wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         wr.wr.__bindgen_anon_1.wr_cqe = cqe as *const _ as *mut _;
-        self.held[id as usize]
-            .put(Held::Region { _region: region })
+        cell.put(Held::Region { _region: region })
             .map_err(|_| EBUSY)?;
+        self.posting();
         // SAFETY: the QP exists; the region is held by the QP until the work request
         // completes, the completion entry is the QP's own; the provider copies the request.
         let ret = to_result(unsafe { bindings::rsrdma_post_send(self.qp_ptr(), &wr.wr) });
         if ret.is_err() {
-            drop(self.held[id as usize].take());
+            drop(cell.take());
         }
         ret
     }
 
     /// Moves the QP to the error state and waits until every posted work request completed
-    /// (their handlers run, flushed). Sleeps.
+    /// (their handlers run, flushed); nothing if none was posted since the last drain. Sleeps.
     pub(crate) fn drain(&self) {
+        if self.drained.load(Ordering::Acquire) {
+            return;
+        }
         // SAFETY: a live QP whose CQ is alive (type invariant).
         unsafe { bindings::ib_drain_qp(self.qp_ptr()) };
+        // INVARIANT: every work request posted before has completed; a post from here on
+        // clears the flag first.
+        self.drained.store(true, Ordering::Release);
     }
 }
 
@@ -518,8 +584,9 @@ unsafe extern "C" fn send_done<Q: QpHandler>(_cq: *mut bindings::ib_cq, wc: *mut
     let qp = unsafe { qp_of::<Q>(wc) };
     // SAFETY: a send completion names its entry in `wr_cqe`.
     let id = index_of(&qp.send_cqes, unsafe { wc.__bindgen_anon_1.wr_cqe });
-    let held = qp.held.get(id as usize).and_then(TakeCell::take);
-    Q::send_done(qp, id, &Wc(wc), held);
+    // Released before the handler runs: the device is done with it.
+    drop(qp.held_cell(id).and_then(TakeCell::take));
+    Q::send_done(qp, id, &Wc(wc));
 }
 
 /// Asynchronous events of a QP.
