@@ -454,10 +454,10 @@ impl<Q: QpHandler> Qp<Q> {
         if ranges.len() > self.data_sges {
             return Err(EINVAL);
         }
-        // SAFETY: the PD's device outlives the mappings: the returned value borrows this QP,
-        // and once posted the QP keeps them in `held`, dropped before the PD; the request's
-        // pages stay while it is owned (`PageRange`) and, once sent, until the send completes
-        // (see `MappedPages`).
+        // The PD's device outlives the mappings: the returned value borrows this QP, and once
+        // posted the QP keeps them in `held`, dropped before the PD. The request's pages stay
+        // while it is owned (`PageRange`) and, once sent, until the send completes.
+        // SAFETY: as said above.
         let maps = unsafe { PageMaps::map(self.pd.device(), ranges) }?;
         Ok(MappedPages {
             maps,
