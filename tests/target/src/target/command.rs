@@ -154,22 +154,16 @@ impl Target {
                     _ => return self.respond(q, cid, SC_INTERNAL, 0),
                 };
                 q.cmds.get_mut(&cid).unwrap().cont = cont;
-                // SAFETY: the QP is ours; the local buffer is registered and stays alive
-                // until the QP is destroyed.
-                let r = unsafe {
-                    shim_post_send(
-                        q.qp,
-                        wr_id(K_READ, cid, 0),
-                        OP_READ,
-                        F_SIGNALED,
-                        ptr,
-                        len as u32,
-                        lkey,
-                        addr,
-                        key,
-                        0,
-                    )
-                };
+                let id = wr_id(K_READ, cid, 0);
+                let r = post_rdma(
+                    q,
+                    id,
+                    OP_READ,
+                    F_SIGNALED,
+                    (ptr, lkey),
+                    len as u32,
+                    (addr, key),
+                );
                 if r < 0 {
                     say!(
                         "conn: qid {}: posting an RDMA READ failed: {}",
@@ -222,21 +216,8 @@ impl Target {
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: our QP; the source is registered memory that outlives the QP.
-        let r = unsafe {
-            shim_post_send(
-                q.qp,
-                wr_id(K_WRITE, cid, 0),
-                OP_WRITE,
-                0,
-                ptr,
-                len as u32,
-                lkey,
-                addr,
-                key,
-                0,
-            )
-        };
+        let id = wr_id(K_WRITE, cid, 0);
+        let r = post_rdma(q, id, OP_WRITE, 0, (ptr, lkey), len as u32, (addr, key));
         if r < 0 {
             say!(
                 "conn: qid {}: posting an RDMA WRITE failed: {}",

@@ -205,37 +205,28 @@ impl Target {
                     self.ns.at(off + chunk),
                     self.ns.lkey,
                 );
-                // SAFETY: our QP, registered namespace memory.
-                let r = unsafe {
-                    let r = shim_post_send(
-                        q.qp,
-                        wr_id(K_MID, cid, 0),
+                let id = wr_id(K_MID, cid, 0);
+                let mut r = post_rdma(
+                    q,
+                    id,
+                    op_rdma,
+                    F_SIGNALED,
+                    (ptr0, lkey),
+                    chunk as u32,
+                    (addr, key),
+                );
+                if r == 0 && two > chunk {
+                    let (id, rest) = (wr_id(K_WRITE, cid, 1), (two - chunk) as u32);
+                    r = post_rdma(
+                        q,
+                        id,
                         op_rdma,
-                        F_SIGNALED,
-                        ptr0,
-                        chunk as u32,
-                        lkey,
-                        addr,
-                        key,
                         0,
+                        (ptr1, lkey),
+                        rest,
+                        (addr + chunk as u64, key),
                     );
-                    if r == 0 && two > chunk {
-                        shim_post_send(
-                            q.qp,
-                            wr_id(K_WRITE, cid, 1),
-                            op_rdma,
-                            0,
-                            ptr1,
-                            (two - chunk) as u32,
-                            lkey,
-                            addr + chunk as u64,
-                            key,
-                            0,
-                        )
-                    } else {
-                        r
-                    }
-                };
+                }
                 if r < 0 {
                     say!("conn: qid {}: posting failed: {}", q.qid, errno_str(r));
                 }
@@ -274,21 +265,8 @@ impl Target {
                         }
                         h.stale_cmd = Some((q.token, cid));
                         let (ptr, lkey) = (self.zeros.at(0), self.zeros.lkey);
-                        // SAFETY: our QP, registered memory.
-                        let r = unsafe {
-                            shim_post_send(
-                                q.qp,
-                                wr_id(K_STALE, cid, 0),
-                                OP_WRITE,
-                                F_SIGNALED,
-                                ptr,
-                                n,
-                                lkey,
-                                sa,
-                                sk,
-                                0,
-                            )
-                        };
+                        let id = wr_id(K_STALE, cid, 0);
+                        let r = post_rdma(q, id, OP_WRITE, F_SIGNALED, (ptr, lkey), n, (sa, sk));
                         if r < 0 {
                             say!("stale-rkey result: post failed ({})", errno_str(r));
                         }

@@ -328,6 +328,27 @@ fn post_recv(q: &mut Queue, slot: u32) {
     }
 }
 
+/// One RDMA READ or WRITE (`op`) of `len` bytes between registered memory (`local`: an
+/// address inside a [`Region`] and its lkey) and the peer's keyed SGL (`remote`: address and
+/// rkey). Returns what the post returned.
+fn post_rdma(
+    q: &Queue,
+    id: u64,
+    op: std::ffi::c_int,
+    flags: std::ffi::c_int,
+    local: (*mut c_void, u32),
+    len: u32,
+    remote: (u64, u32),
+) -> std::ffi::c_int {
+    // SAFETY: our QP; every caller passes an address inside a Region, registered memory that
+    // outlives the QP (a queue's QP is destroyed before the regions are dropped).
+    unsafe {
+        shim_post_send(
+            q.qp, id, op, flags, local.0, len, local.1, remote.0, remote.1, 0,
+        )
+    }
+}
+
 /// Sends a response capsule (or any bytes) inline, optionally with invalidate.
 fn post_send_rsp(q: &mut Queue, cid: u16, bytes: &[u8], invalidate: Option<u32>, info: SendInfo) {
     let seq = q.send_seq;
