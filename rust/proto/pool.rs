@@ -298,6 +298,41 @@ impl Region {
     }
 }
 
+/// Where the `len` bytes at physical address `pos` lie in a set of chunks of `chunk_size`
+/// bytes laid one after the other (chunk `i` at offset `i * chunk_size`): their offset in the
+/// set, if they all lie in it, in one run of the set's offsets (they may cross from one chunk
+/// into the next when the two are physically adjacent too). `by_first` holds each chunk's
+/// first page frame (pages of `1 << page_shift` bytes) and index, sorted by frame.
+pub fn locate(
+    by_first: &[(u64, usize)],
+    page_shift: u32,
+    chunk_size: u64,
+    mut pos: u64,
+    len: u64,
+) -> Option<u64> {
+    let mut left = len;
+    let mut start = None;
+    let mut next = 0;
+    while left > 0 {
+        // The chunk whose first frame is the last at or below `pos`'s.
+        let i = by_first.partition_point(|&(p, _)| p << page_shift <= pos);
+        let &(first, chunk) = by_first.get(i.checked_sub(1)?)?;
+        let in_chunk = pos - (first << page_shift);
+        if in_chunk >= chunk_size {
+            return None;
+        }
+        let at = (chunk as u64).checked_mul(chunk_size)? + in_chunk;
+        if *start.get_or_insert(at) != at && at != next {
+            return None;
+        }
+        let n = left.min(chunk_size - in_chunk);
+        next = at + n;
+        pos = pos.checked_add(n)?;
+        left -= n;
+    }
+    start
+}
+
 /// Splits the slice `offset..offset + len` of a pool made of chunks of
 /// `chunk_size` bytes into `(chunk index, offset in chunk, length)` spans,
 /// in order. Yields nothing if `chunk_size` is 0 or the slice end overflows.
@@ -587,6 +622,48 @@ mod tests {
             assert!(admin.large_offset + admin.large_size <= io.large_offset);
             assert!(io.large_offset + io.large_size <= l.total_size());
         }
+    }
+
+    #[test]
+    fn locate_in_chunks() {
+        // Chunks of 4 pages (16 KiB): chunk 0 at frame 100, chunk 1 at frame 8 and chunk 2
+        // at frame 104 (physically right after chunk 0), sorted by frame.
+        let by_first = [(8, 1), (100, 0), (104, 2)];
+        let (shift, cs) = (12, 16 << 10);
+        let at = |pfn: u64, off: u64| (pfn << shift) + off;
+        assert_eq!(locate(&by_first, shift, cs, at(100, 0), 4096), Some(0));
+        assert_eq!(
+            locate(&by_first, shift, cs, at(9, 512), 100),
+            Some(cs + 4096 + 512)
+        );
+        // The last byte of a chunk, and one past it into a frame of no chunk.
+        assert_eq!(
+            locate(&by_first, shift, cs, at(11, 4095), 1),
+            Some(2 * cs - 1)
+        );
+        assert_eq!(locate(&by_first, shift, cs, at(11, 4095), 2), None);
+        // Before the first chunk, after the last, between two.
+        assert_eq!(locate(&by_first, shift, cs, at(7, 0), 1), None);
+        assert_eq!(locate(&by_first, shift, cs, at(108, 0), 1), None);
+        assert_eq!(locate(&by_first, shift, cs, at(50, 0), 1), None);
+        // Chunk 0 runs into chunk 2 physically, but chunk 1 lies between them in the set.
+        assert_eq!(locate(&by_first, shift, cs, at(103, 0), 8192), None);
+        // Nothing to locate.
+        assert_eq!(locate(&by_first, shift, cs, at(100, 0), 0), None);
+        assert_eq!(locate(&[], shift, cs, at(100, 0), 1), None);
+    }
+
+    #[test]
+    fn locate_across_adjacent_chunks() {
+        // Chunks 0 and 1 physically adjacent and adjacent in the set too.
+        let by_first = [(100, 0), (104, 1)];
+        let (shift, cs) = (12, 16 << 10);
+        assert_eq!(
+            locate(&by_first, shift, cs, (102 << shift) + 100, 16 << 10),
+            Some(8192 + 100)
+        );
+        assert_eq!(locate(&by_first, shift, cs, 100 << shift, 2 * cs), Some(0));
+        assert_eq!(locate(&by_first, shift, cs, 100 << shift, 2 * cs + 1), None);
     }
 
     #[test]
