@@ -9,9 +9,10 @@
 //! every wait bounded, the first reconnect attempt immediate, and RDMA device removal turned
 //! into a reconnect instead of a deletion.
 
+use crate::area::Area;
 use crate::clock::now_ms;
 use crate::devices;
-use crate::pool::{Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
+use crate::pool::{MemReg, Pool, PoolConfig, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
 use crate::proto::buddy::BUDDY_MAX_AREA;
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
@@ -22,6 +23,7 @@ use crate::stats::CtrlStats;
 use crate::wrap::debugfs::{Dir, ShowDir};
 use crate::wrap::errno;
 use crate::wrap::log::{dbg_event, log_err, log_info, log_warn, Prefix};
+use crate::wrap::map_dev::MapDevice;
 use crate::wrap::net::SockAddr;
 use crate::wrap::nvme::{
     Controller, ControllerOps, CreateArgs, CtrlRef, Dispatched, Failure, NewCtrl, Options, OwnedRq,
@@ -102,11 +104,21 @@ pub(crate) struct RdmaCtrl {
     queues: KVec<Pin<KBox<Queue>>>,
     /// The pool's registration on the current connection; dropped before `conn`.
     #[pin]
-    reg: RcuSlot<PoolReg>,
+    reg: RcuSlot<MemReg>,
     #[pin]
     conn: RcuSlot<CtrlConn>,
     #[pin]
     pool: Pool,
+    /// The registered area processes map, if the controller has one (see `area`).
+    area: Option<Area>,
+    /// The area's registration on the current connection; dropped before `conn`.
+    #[pin]
+    area_reg: RcuSlot<MemReg>,
+    /// The character device the area is mapped through, from set-up to deletion.
+    #[pin]
+    area_dev: Mutex<Option<Pin<KBox<MapDevice>>>>,
+    /// RKEY of the area's current registration, 0 when not registered.
+    area_rkey: AtomicU32,
     addr: SockAddr,
     src_addr: Option<SockAddr>,
     io_queues: [AtomicU32; HCTX_MAX_TYPES],
@@ -212,6 +224,12 @@ impl RdmaCtrl {
             numa_node: -1,
         };
         let pool = Pool::new(&cfg)?;
+        // Not for a controller without I/O queues (discovery).
+        let area = match params::area_mib() {
+            0 => None,
+            _ if nr_io == 0 => None,
+            mib => Some(Area::new(mib)?),
+        };
         let mut queues = KVec::with_capacity(nr_io as usize + 1, GFP_KERNEL)?;
         for qid in 0..=nr_io as u16 {
             let depth = if qid == 0 { ADMIN_DEPTH } else { io_depth };
@@ -226,6 +244,10 @@ impl RdmaCtrl {
             reg <- new_rcu_slot!("rsrdma_ctrl::reg"),
             conn <- new_rcu_slot!("rsrdma_ctrl::conn"),
             pool <- pool,
+            area,
+            area_reg <- new_rcu_slot!("rsrdma_ctrl::area_reg"),
+            area_dev <- kernel::new_mutex!(None),
+            area_rkey: AtomicU32::new(0),
             addr,
             src_addr,
             io_queues: Default::default(),
@@ -273,6 +295,7 @@ impl RdmaCtrl {
             u32::from(n.sqsize()) + 1,
             ctrl.pool.total_size() >> 10
         );
+        ctrl.publish_area();
         Ok(ctrl)
     }
 
@@ -289,6 +312,26 @@ impl RdmaCtrl {
 
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    pub(crate) fn area(&self) -> Option<&Area> {
+        self.area.as_ref()
+    }
+
+    /// The area's registration on the current connection.
+    pub(crate) fn area_reg<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a MemReg> {
+        self.area_reg.get(rcu)
+    }
+
+    /// RKEY of the area's current registration, 0 when not registered.
+    pub(crate) fn area_rkey(&self) -> u32 {
+        self.area_rkey.load(Ordering::Relaxed)
+    }
+
+    /// Calls `f` with the area's device, once it exists (until deletion).
+    pub(crate) fn with_area_dev(&self, f: impl FnOnce(Option<&MapDevice>)) {
+        let dev = self.area_dev.lock();
+        f(dev.as_deref());
     }
 
     pub(crate) fn stats(&self) -> &CtrlStats {
@@ -358,7 +401,7 @@ impl RdmaCtrl {
     }
 
     /// The pool registration of the current connection.
-    pub(crate) fn reg<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a PoolReg> {
+    pub(crate) fn reg<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a MemReg> {
         self.reg.get(rcu)
     }
 
@@ -395,6 +438,25 @@ impl RdmaCtrl {
 }
 
 impl Ctrl {
+    /// Creates the character device of the area, if the controller has one.
+    fn publish_area(&self) {
+        let Some(area) = &self.area else { return };
+        let n = self.core();
+        let name = n.name().to_str().unwrap_or("nvme");
+        match area.publish(name) {
+            Ok(dev) => {
+                log_info!(
+                    n,
+                    "registered area: {} MiB, mapped through /dev/{}",
+                    area.size() >> 20,
+                    dev.path().to_str().unwrap_or("?")
+                );
+                *self.area_dev.lock() = Some(dev);
+            }
+            Err(e) => log_warn!(n, "registered area: no device ({:?})", e),
+        }
+    }
+
     /// The tag set of queue `qid`'s requests.
     pub(crate) fn tag_set_of(&self, qid: u16) -> &TagSet<Request> {
         if qid == 0 {
@@ -633,7 +695,7 @@ impl Ctrl {
         let mut w = self.reg.write();
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
-        self.queue(0).register_pool(self, reg)?;
+        self.queue(0).register_region(self, reg, "pool")?;
         let region = reg.region();
         let (rkey, iova, len) = (region.rkey(), region.iova(), region.length());
         let mut rec = self.recovery.lock();
@@ -657,6 +719,30 @@ impl Ctrl {
             len,
             rkey
         );
+        self.register_area(&pd)
+    }
+
+    /// Maps and registers the area, if any, on the admin queue's connection.
+    fn register_area(&self, pd: &Arc<Pd>) -> Result {
+        let Some(area) = &self.area else {
+            return Ok(());
+        };
+        let reg = area.map(pd)?;
+        let mut w = self.area_reg.write();
+        w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
+        let reg = w.get().ok_or(errno::ENOTCONN())?;
+        self.queue(0).register_region(self, reg, "area")?;
+        area.registered();
+        let region = reg.region();
+        self.area_rkey.store(region.rkey(), Ordering::Relaxed);
+        log_info!(
+            self.core(),
+            "area: {} MiB registered at iova {:#x} with rkey {:#x} (registration {})",
+            area.size() >> 20,
+            region.iova(),
+            region.rkey(),
+            area.registrations()
+        );
         Ok(())
     }
 
@@ -676,14 +762,28 @@ impl Ctrl {
             }
             w.take()
         };
+        let area_reg = {
+            let mut w = self.area_reg.write();
+            if let Some(reg) = w.get() {
+                log_info!(
+                    self.core(),
+                    "area: invalidating rkey {:#x} (MR deregistered)",
+                    reg.region().rkey()
+                );
+            }
+            self.area_rkey.store(0, Ordering::Relaxed);
+            w.take()
+        };
         let conn = self.conn.write().take();
         // The last taken out first: its grace period covers everything taken out before.
         let conn = conn.map(Retired::wait);
         let reg = reg.map(Retired::wait);
+        let area_reg = area_reg.map(Retired::wait);
         for q in self.queues.iter() {
             q.release(self, false);
         }
         drop(reg);
+        drop(area_reg);
         let Some(conn) = conn else {
             return;
         };
@@ -1166,6 +1266,8 @@ impl ControllerOps for RdmaCtrl {
     fn delete_ctrl(ctrl: &Ctrl) {
         // Waits for readers of the stats file.
         drop(ctrl.debugfs.lock().take());
+        // No new opens of the area; open files and mappings keep its memory.
+        drop(ctrl.area_dev.lock().take());
         ctrl.shutdown(true);
         // Here rather than in `stop_ctrl`: only once every queue was stopped and freed can no
         // completion or CM event queue the abort work again (they need an established

@@ -10,6 +10,8 @@
 #include <linux/highmem.h>
 #include <linux/inet.h>
 #include <linux/irq_work.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/namei.h>
 #include <linux/netdevice.h>
@@ -45,6 +47,11 @@ unsigned int rsrdma_min_io_queues = 4;
 module_param_named(min_io_queues, rsrdma_min_io_queues, uint, 0644);
 MODULE_PARM_DESC(min_io_queues,
 		 "Add dedicated write queues (as --nr-write-queues) to a controller whose connect options set none and that has fewer I/O queues than this, up to one per I/O queue (0: never; default 4)");
+
+unsigned int rsrdma_area_mib = 64;
+module_param_named(area_mib, rsrdma_area_mib, uint, 0644);
+MODULE_PARM_DESC(area_mib,
+		 "Registered area in MiB per controller, which processes map (/dev/rsrdma/<controller>) to do I/O without a copy: 0 (none) to 1024, read when a controller is created (default 64)");
 
 /* Logging ------------------------------------------------------------------------------- */
 
@@ -164,6 +171,27 @@ int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx
  * The data of @rq as its multi-page bvecs (each physically contiguous), stored in @bv: their
  * number, or 0 when there are more than @max, none, or a special payload.
  */
+/*
+ * Call @fn for each multi-page bvec of @rq's data with its first page frame, offset and
+ * length. Stops at the first non-zero return and returns it; -EINVAL for a special payload or
+ * no data.
+ */
+int rsrdma_rq_visit_bvecs(struct request *rq, rsrdma_pfn_fn fn, void *ctx)
+{
+	struct req_iterator iter;
+	struct bio_vec v;
+	int ret = 0;
+
+	if ((rq->rq_flags & RQF_SPECIAL_PAYLOAD) || !rq->bio)
+		return -EINVAL;
+	rq_for_each_bvec(v, rq, iter) {
+		ret = fn(ctx, page_to_pfn(v.bv_page), v.bv_offset, v.bv_len);
+		if (ret)
+			break;
+	}
+	return ret;
+}
+
 unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max)
 {
 	struct req_iterator iter;
@@ -606,6 +634,11 @@ void *rsrdma_alloc_chunk(unsigned int order, int node)
 	return page ? page_address(page) : NULL;
 }
 
+unsigned long rsrdma_virt_to_pfn(const void *va)
+{
+	return page_to_pfn(virt_to_page(va));
+}
+
 void rsrdma_free_chunk(void *addr, unsigned int order)
 {
 	free_pages((unsigned long)addr, order);
@@ -664,4 +697,85 @@ long rsrdma_wait_for_completion_ms(struct completion *c, unsigned int timeout_ms
 void rsrdma_flush_workqueue(struct workqueue_struct *wq)
 {
 	flush_workqueue(wq);
+}
+
+/* Mapping devices ------------------------------------------------------------------------- */
+
+static int rsrdma_map_open(struct inode *inode, struct file *file)
+{
+	/* misc_open() set private_data to the miscdevice, and holds misc_mtx over this call. */
+	struct rsrdma_map_dev *dev = container_of(file->private_data, struct rsrdma_map_dev, misc);
+	struct rsrdma_map_file *f = dev->get(dev);
+
+	if (!f)
+		return -ENODEV;
+	file->private_data = f;
+	return 0;
+}
+
+static int rsrdma_map_release(struct inode *inode, struct file *file)
+{
+	struct rsrdma_map_file *f = file->private_data;
+
+	f->put(f);
+	return 0;
+}
+
+static int rsrdma_map_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct rsrdma_map_file *f = file->private_data;
+
+	return f->mmap(f, vma);
+}
+
+static const struct file_operations rsrdma_map_fops = {
+	.owner = THIS_MODULE,
+	.open = rsrdma_map_open,
+	.release = rsrdma_map_release,
+	.mmap = rsrdma_map_mmap,
+	.llseek = noop_llseek,
+};
+
+int rsrdma_map_dev_register(struct rsrdma_map_dev *dev, const char *name, const char *nodename)
+{
+	dev->misc.minor = MISC_DYNAMIC_MINOR;
+	dev->misc.name = name;
+	dev->misc.nodename = nodename;
+	dev->misc.mode = 0600;
+	dev->misc.fops = &rsrdma_map_fops;
+	return misc_register(&dev->misc);
+}
+
+void rsrdma_map_dev_deregister(struct rsrdma_map_dev *dev)
+{
+	misc_deregister(&dev->misc);
+}
+
+void rsrdma_vma_info(struct vm_area_struct *vma, unsigned long *start, u64 *offset, u64 *len,
+		     bool *shared, bool *exec)
+{
+	*start = vma->vm_start;
+	*offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	*len = vma->vm_end - vma->vm_start;
+	*shared = vma->vm_flags & VM_SHARED;
+	*exec = vma->vm_flags & VM_EXEC;
+}
+
+void rsrdma_vma_prepare(struct vm_area_struct *vma)
+{
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+	vm_flags_clear(vma, VM_MAYEXEC);
+}
+
+int rsrdma_vma_insert(struct vm_area_struct *vma, unsigned long uaddr, void *va, unsigned long len)
+{
+	unsigned long done;
+	int ret;
+
+	for (done = 0; done < len; done += PAGE_SIZE) {
+		ret = vm_insert_page(vma, uaddr + done, virt_to_page(va + done));
+		if (ret)
+			return ret;
+	}
+	return 0;
 }

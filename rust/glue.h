@@ -15,6 +15,7 @@
 
 #include <linux/blk-mq.h>
 #include <linux/completion.h>
+#include <linux/miscdevice.h>
 #include <linux/workqueue.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
@@ -27,6 +28,7 @@ extern unsigned int rsrdma_slot_kib;
 extern unsigned int rsrdma_io_pool_mib;
 extern unsigned int rsrdma_spread_kib;
 extern unsigned int rsrdma_min_io_queues;
+extern unsigned int rsrdma_area_mib;
 
 /* Logging. level is one of the RSRDMA_LOG_* values; ctrl may be NULL. */
 enum rsrdma_log_level {
@@ -56,6 +58,8 @@ unsigned short rsrdma_rq_nr_phys_segments(struct request *rq);
 typedef int (*rsrdma_segment_fn)(void *ctx, void *va, unsigned int len);
 int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx);
 unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max);
+typedef int (*rsrdma_pfn_fn)(void *ctx, unsigned long pfn, unsigned int offset, unsigned int len);
+int rsrdma_rq_visit_bvecs(struct request *rq, rsrdma_pfn_fn fn, void *ctx);
 u16 rsrdma_nvme_cid(struct request *rq);
 struct request *rsrdma_tag_to_rq(struct blk_mq_tags *tags, unsigned int tag);
 struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id);
@@ -155,6 +159,7 @@ void rsrdma_seq_puts(struct seq_file *m, const char *s);
 
 /* Memory, work items, completions. */
 void *rsrdma_alloc_chunk(unsigned int order, int node);
+unsigned long rsrdma_virt_to_pfn(const void *va);
 void rsrdma_free_chunk(void *addr, unsigned int order);
 /* Work items, in the lockdep class the caller gives (a static key and its name). */
 void rsrdma_init_work(struct work_struct *work, work_func_t fn, const char *name,
@@ -168,5 +173,33 @@ void rsrdma_init_completion(struct completion *c);
 void rsrdma_reinit_completion(struct completion *c);
 long rsrdma_wait_for_completion_ms(struct completion *c, unsigned int timeout_ms);
 void rsrdma_flush_workqueue(struct workqueue_struct *wq);
+
+/*
+ * A character device (misc device) whose file maps memory of a Rust object into processes.
+ * Opening it calls @get, which returns the object the file then holds (its first member, a
+ * struct rsrdma_map_file) or NULL when the device is going away; mmap and release call the
+ * file's functions. The fops' owner is this module, so it stays loaded while a file is open
+ * or mapped.
+ */
+struct vm_area_struct;
+struct rsrdma_map_file {
+	void (*put)(struct rsrdma_map_file *f);
+	int (*mmap)(struct rsrdma_map_file *f, struct vm_area_struct *vma);
+};
+
+struct rsrdma_map_dev {
+	struct miscdevice misc;
+	struct rsrdma_map_file *(*get)(struct rsrdma_map_dev *dev);
+};
+
+int rsrdma_map_dev_register(struct rsrdma_map_dev *dev, const char *name, const char *nodename);
+void rsrdma_map_dev_deregister(struct rsrdma_map_dev *dev);
+/* The VMA's start, offset in bytes (vm_pgoff), length, and whether it is shared and executable. */
+void rsrdma_vma_info(struct vm_area_struct *vma, unsigned long *start, u64 *offset, u64 *len,
+		     bool *shared, bool *exec);
+/* Marks the VMA fixed in size, out of core dumps and never executable. */
+void rsrdma_vma_prepare(struct vm_area_struct *vma);
+/* Inserts the pages of @len bytes of kernel memory at @va into the VMA at @uaddr. */
+int rsrdma_vma_insert(struct vm_area_struct *vma, unsigned long uaddr, void *va, unsigned long len);
 
 #endif /* RSRDMA_GLUE_H */

@@ -192,51 +192,65 @@ impl Pool {
     }
 
     /// Maps the pool for DMA on the device of `pd` and prepares a memory region over it,
-    /// registered by the REG_MR work request the caller posts (see `Queue::register_pool`).
-    pub(crate) fn map(&self, pd: &Arc<Pd>) -> Result<PoolReg> {
-        let dev = pd.device();
-        // One mapping per chunk, or per part of a chunk on a device that maps less at once.
-        let max = dev.max_mapping_size() as u64;
-        let Some(piece) = map_size(self.mem.chunk_size(), max) else {
-            log_err!(
-                Prefix::NONE,
-                "pool: {} maps at most {} bytes at once",
-                dev.name(),
-                max
-            );
-            return Err(EINVAL);
-        };
-        let maps = ChunkMaps::map(dev, self.mem.clone(), piece).inspect_err(|_| {
-            log_err!(
-                Prefix::NONE,
-                "pool: mapping {} KiB in pieces of {} KiB for {} failed",
-                self.mem.len() >> 10,
-                piece >> 10,
-                dev.name()
-            )
-        })?;
-        // The MR's page size: what the mappings' sizes and DMA addresses allow.
-        let Some(page_size) = mr_page_size(piece, dev.page_size_cap(), maps.addrs()) else {
-            log_err!(Prefix::NONE, "pool: DMA addresses not page aligned");
-            return Err(EINVAL);
-        };
-        let nr_pages = self.layout.total_size() / page_size;
-        if nr_pages > u64::from(dev.max_fast_reg_page_list_len()) {
-            log_err!(
-                Prefix::NONE,
-                "pool: {} MiB in {} KiB pages exceeds the {} pages one MR of {} can map",
-                self.layout.total_size() >> 20,
-                page_size >> 10,
-                dev.max_fast_reg_page_list_len(),
-                dev.name()
-            );
-            return Err(EINVAL);
-        }
-        let region = MemoryRegion::new(pd, maps, page_size).inspect_err(|e| {
-            log_err!(Prefix::NONE, "pool: memory region: {:?}", e);
-        })?;
-        Ok(PoolReg(Arc::new(region, GFP_KERNEL)?))
+    /// registered by the REG_MR work request the caller posts (see `Queue::register_region`).
+    pub(crate) fn map(&self, pd: &Arc<Pd>) -> Result<MemReg> {
+        map_chunks(&self.mem, self.layout.total_size(), pd, "pool")
     }
+}
+
+/// Maps the first `size` bytes of `mem` for DMA on the device of `pd` and prepares a memory
+/// region over them (`what` names the memory in errors).
+pub(crate) fn map_chunks(
+    mem: &Arc<ChunkSet>,
+    size: u64,
+    pd: &Arc<Pd>,
+    what: &str,
+) -> Result<MemReg> {
+    let dev = pd.device();
+    // One mapping per chunk, or per part of a chunk on a device that maps less at once.
+    let max = dev.max_mapping_size() as u64;
+    let Some(piece) = map_size(mem.chunk_size(), max) else {
+        log_err!(
+            Prefix::NONE,
+            "{}: {} maps at most {} bytes at once",
+            what,
+            dev.name(),
+            max
+        );
+        return Err(EINVAL);
+    };
+    let maps = ChunkMaps::map(dev, mem.clone(), piece).inspect_err(|_| {
+        log_err!(
+            Prefix::NONE,
+            "{}: mapping {} KiB in pieces of {} KiB for {} failed",
+            what,
+            mem.len() >> 10,
+            piece >> 10,
+            dev.name()
+        )
+    })?;
+    // The MR's page size: what the mappings' sizes and DMA addresses allow.
+    let Some(page_size) = mr_page_size(piece, dev.page_size_cap(), maps.addrs()) else {
+        log_err!(Prefix::NONE, "{}: DMA addresses not page aligned", what);
+        return Err(EINVAL);
+    };
+    let nr_pages = size.checked_div(page_size).ok_or(EINVAL)?;
+    if nr_pages > u64::from(dev.max_fast_reg_page_list_len()) {
+        log_err!(
+            Prefix::NONE,
+            "{}: {} MiB in {} KiB pages exceeds the {} pages one MR of {} can map",
+            what,
+            size >> 20,
+            page_size >> 10,
+            dev.max_fast_reg_page_list_len(),
+            dev.name()
+        );
+        return Err(EINVAL);
+    }
+    let region = MemoryRegion::new(pd, maps, page_size).inspect_err(|e| {
+        log_err!(Prefix::NONE, "{}: memory region: {:?}", what, e);
+    })?;
+    Ok(MemReg(Arc::new(region, GFP_KERNEL)?))
 }
 
 /// A data slice of a request.
@@ -247,18 +261,19 @@ pub(crate) struct DataSlice {
     pub(crate) large: bool,
 }
 
-/// The pool as seen by one connection's device: its DMA mappings and a memory region over
-/// them. Dropping it (and the registration work request that holds it, if it never completed)
-/// deregisters the region, which invalidates its RKEY, and unmaps the memory.
-pub(crate) struct PoolReg(Arc<MemoryRegion>);
+/// Registered memory (the pool, the area) as seen by one connection's device: its DMA mappings
+/// and a memory region over them. Dropping it (and the registration work request that holds
+/// it, if it never completed) deregisters the region, which invalidates its RKEY, and unmaps
+/// the memory.
+pub(crate) struct MemReg(Arc<MemoryRegion>);
 
-impl PoolReg {
+impl MemReg {
     /// The memory region, as registration work requests take it.
     pub(crate) fn region(&self) -> &Arc<MemoryRegion> {
         &self.0
     }
 
-    /// The keyed address of pool offset `offset`.
+    /// The keyed address of offset `offset` of the memory.
     pub(crate) fn iova(&self, offset: u64) -> u64 {
         self.0.iova() + offset
     }

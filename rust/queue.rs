@@ -556,8 +556,14 @@ impl Queue {
         self.cm_done.complete();
     }
 
-    /// Registers the pool region on this (admin) queue's QP and waits for it to take effect.
-    pub(crate) fn register_pool(&self, ctrl: &Ctrl, reg: &crate::pool::PoolReg) -> Result {
+    /// Registers a region (`what`: the pool, the area) on this (admin) queue's QP and waits for
+    /// it to take effect.
+    pub(crate) fn register_region(
+        &self,
+        ctrl: &Ctrl,
+        reg: &crate::pool::MemReg,
+        what: &str,
+    ) -> Result {
         self.reg_done.reinit();
         {
             let rcu = RcuReadGuard::new();
@@ -569,13 +575,14 @@ impl Queue {
         if !self.reg_done.wait_ms(REG_TIMEOUT_MS) {
             log_err!(
                 ctrl.core(),
-                "pool registration did not complete within {} ms",
+                "{} registration did not complete within {} ms",
+                what,
                 REG_TIMEOUT_MS
             );
             return Err(errno::ETIMEDOUT());
         }
         if self.reg_status.load(Ordering::Acquire) != 0 {
-            log_err!(ctrl.core(), "pool registration failed");
+            log_err!(ctrl.core(), "{} registration failed", what);
             return Err(EIO);
         }
         Ok(())
@@ -918,7 +925,7 @@ impl QpHandler for QueueLink {
                     Ordering::Release,
                 );
                 if !wc.ok() {
-                    log_err!(ctrl.core(), "pool registration failed: {}", wc.status_msg());
+                    log_err!(ctrl.core(), "registration failed: {}", wc.status_msg());
                 }
                 queue.reg_done.complete();
             }

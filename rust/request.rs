@@ -3,17 +3,18 @@
 //! The transport's request: its data in each blk-mq request of the controller's tag sets, and
 //! the data path of one command.
 //!
-//! - `queue_rq`: the core builds the command; the data gets a slice of the registered pool
-//!   (its tag's slot, or a block of the large area); writes are copied in; the command gets one
-//!   SGL descriptor (keyed: pool address, length, the pool's RKEY; or in-capsule for small
-//!   writes, sent from the request's own pages when the send has an SGE for each of their
-//!   ranges) and is sent.
+//! - `queue_rq`: the core builds the command; data whose pages all lie in the controller's
+//!   registered area (a process's direct I/O from its mapping) is named where it is, with the
+//!   area's RKEY; other data gets a slice of the registered pool (its tag's slot, or a block of
+//!   the large area), writes copied in; the command gets one SGL descriptor (keyed: address,
+//!   length, the area's or the pool's RKEY; or in-capsule for small writes, sent from the
+//!   request's own pages when the send has an SGE for each of their ranges) and is sent.
 //! - The request completes when its response arrives (sends are signaled only now and then,
 //!   see `Queue::post_command`), and the send of its own pages, if any, completed; reads are
 //!   copied out of the pool in `complete`, on the submitting CPU, and the slice is returned.
 
 use crate::ctrl::Ctrl;
-use crate::pool::DataSlice;
+use crate::pool::{DataSlice, MemReg};
 use crate::proto::capsule::{self, SQE_SIZE};
 use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl};
@@ -43,6 +44,16 @@ pub(crate) struct Request {
     data_offset: AtomicU64,
     data_len: AtomicU32,
     data_large: AtomicBool,
+    /// The data is in the registered area (at `data_offset`), not in the pool.
+    data_area: AtomicBool,
+}
+
+/// Where a request's data is while its command is in flight.
+enum Held {
+    /// A slice of the pool, which the request holds.
+    Pool(DataSlice),
+    /// The request's own pages, at this place in the registered area.
+    Area(Slice),
 }
 
 /// A request of the controller's tag sets.
@@ -61,6 +72,7 @@ impl Request {
             data_offset: AtomicU64::new(NO_DATA),
             data_len: AtomicU32::new(0),
             data_large: AtomicBool::new(false),
+            data_area: AtomicBool::new(false),
         }
     }
 
@@ -69,25 +81,37 @@ impl Request {
         ctrl.queue(self.qid)
     }
 
-    fn set_data(&self, data: Option<DataSlice>) {
-        match data {
-            Some(d) => {
-                self.data_offset.store(d.slice.offset, Ordering::Relaxed);
-                self.data_len.store(d.slice.len, Ordering::Relaxed);
-                self.data_large.store(d.large, Ordering::Relaxed);
+    fn set_data(&self, data: Option<Held>) {
+        let (slice, large, area) = match data {
+            Some(Held::Pool(d)) => (d.slice, d.large, false),
+            Some(Held::Area(slice)) => (slice, false, true),
+            None => {
+                self.data_offset.store(NO_DATA, Ordering::Relaxed);
+                return;
             }
-            None => self.data_offset.store(NO_DATA, Ordering::Relaxed),
-        }
+        };
+        self.data_offset.store(slice.offset, Ordering::Relaxed);
+        self.data_len.store(slice.len, Ordering::Relaxed);
+        self.data_large.store(large, Ordering::Relaxed);
+        self.data_area.store(area, Ordering::Relaxed);
     }
 
-    fn take_data(&self) -> Option<DataSlice> {
+    fn take_data(&self) -> Option<Held> {
         let offset = self.data_offset.swap(NO_DATA, Ordering::Relaxed);
-        (offset != NO_DATA).then(|| DataSlice {
-            slice: Slice {
-                offset,
-                len: self.data_len.load(Ordering::Relaxed),
-            },
-            large: self.data_large.load(Ordering::Relaxed),
+        if offset == NO_DATA {
+            return None;
+        }
+        let slice = Slice {
+            offset,
+            len: self.data_len.load(Ordering::Relaxed),
+        };
+        Some(if self.data_area.load(Ordering::Relaxed) {
+            Held::Area(slice)
+        } else {
+            Held::Pool(DataSlice {
+                slice,
+                large: self.data_large.load(Ordering::Relaxed),
+            })
         })
     }
 }
@@ -356,18 +380,43 @@ fn map_command<'q>(
     let mut data = Data::None;
     let desc = if len == 0 {
         KeyedSgl::default().encode()
+    } else if let Some((reg, slice)) = in_area(ctrl, qid, rq, len, rcu) {
+        req.set_data(Some(Held::Area(slice)));
+        // As for the pool: the device owns the pages until the response.
+        reg.sync_for_device(slice);
+        let (addr, key) = (reg.iova(slice.offset), reg.region().rkey());
+        dbg_event!(
+            Io,
+            ctrl.core(),
+            "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} (area, no copy)",
+            qid,
+            tag,
+            addr,
+            len,
+            key
+        );
+        queue.stats().moved_area(len);
+        KeyedSgl {
+            addr,
+            len,
+            key,
+            invalidate: false,
+        }
+        .encode()
     } else if let Some(maps) = own_pages(ctrl, queue, conn, rq, len, is_write) {
         data = Data::Pages(maps);
+        queue.stats().moved_pages(len);
         Some(in_capsule())
     } else {
         // The controller's set-up work registers the pool before any command is sent and
         // removes it only after every queue was stopped.
         let reg = ctrl.reg(rcu).ok_or(errno::ENOTCONN())?;
         let slice_of = ctrl.pool().alloc(qid, tag, len).ok_or(EAGAIN)?;
-        req.set_data(Some(slice_of));
+        req.set_data(Some(Held::Pool(slice_of)));
         let slice = slice_of.slice;
         if is_write {
             rq.copy_to(ctrl.pool().mem(), slice.offset, slice.len)?;
+            queue.stats().copied(len);
         }
         // The device owns the slice until the response: it reads a write's data, it writes
         // a read's (a no-op with coherent DMA or soft-RoCE).
@@ -408,6 +457,25 @@ fn map_command<'q>(
     };
     capsule::set_sgl(&mut sqe, &desc.ok_or(EINVAL)?);
     Ok((sqe, data))
+}
+
+/// The area's registration and the place of the request's `len` bytes in the area, if the
+/// controller has one, registered, and all of the data lies in it in one run (I/O queues
+/// only: the admin queue's data is the kernel's).
+fn in_area<'r>(
+    ctrl: &'r Ctrl,
+    qid: u16,
+    rq: &OwnedReq<'_>,
+    len: u32,
+    rcu: &'r Rcu,
+) -> Option<(&'r MemReg, Slice)> {
+    if qid == 0 {
+        return None;
+    }
+    let area = ctrl.area()?;
+    let reg = ctrl.area_reg(rcu)?;
+    let offset = rq.offset_in(area.mem())?;
+    Some((reg, Slice { offset, len }))
 }
 
 /// Maps the pages of a write whose data goes in the capsule, to send them as they are: a
@@ -496,9 +564,21 @@ fn spread<'a>(
 }
 
 /// Releases a request's data slice, copying read data out first when the command succeeded.
+/// Data in the area is handed back to the CPU.
 fn unmap_data(ctrl: &Ctrl, qid: u16, rq: &OwnedReq<'_>, copy_out: bool) {
-    let Some(data) = rq.pdu().take_data() else {
-        return;
+    let data = match rq.pdu().take_data() {
+        None => return,
+        Some(Held::Area(slice)) => {
+            if copy_out {
+                let rcu = RcuReadGuard::new();
+                // Registered as long as a request in flight uses it, as the pool.
+                if let Some(reg) = ctrl.area_reg(&rcu) {
+                    reg.sync_for_cpu(slice);
+                }
+            }
+            return;
+        }
+        Some(Held::Pool(data)) => data,
     };
     if copy_out {
         let rcu = RcuReadGuard::new();
@@ -513,6 +593,8 @@ fn unmap_data(ctrl: &Ctrl, qid: u16, rq: &OwnedReq<'_>, copy_out: bool) {
             .is_err()
         {
             log_err!(ctrl.core(), "queue {}: read data not copied out", qid);
+        } else {
+            ctrl.queue(qid).stats().copied(data.slice.len);
         }
     }
     ctrl.pool().free(qid, data);

@@ -22,6 +22,8 @@ mod proto;
 mod wrap;
 
 #[forbid(unsafe_code)]
+mod area;
+#[forbid(unsafe_code)]
 mod client;
 #[forbid(unsafe_code)]
 mod clock;

@@ -60,8 +60,14 @@ pub(crate) struct QueueStats {
     pub(crate) write_bytes: AtomicU64,
     pub(crate) inflight: AtomicI64,
     pub(crate) errors: AtomicU64,
-    /// Commands of this queue sent on another queue (see `mq::spread`).
+    /// Commands of this queue sent on another queue (see `request::spread`).
     pub(crate) spread: AtomicU64,
+    /// Data bytes moved from and to the registered area, without a copy.
+    pub(crate) area_bytes: AtomicU64,
+    /// Data bytes sent in the capsule from the request's own pages, without a copy.
+    pub(crate) page_bytes: AtomicU64,
+    /// Data bytes copied between requests' pages and the pool.
+    pub(crate) copied_bytes: AtomicU64,
 }
 
 impl QueueStats {
@@ -77,6 +83,22 @@ impl QueueStats {
             b.fetch_add(u64::from(len), Ordering::Relaxed);
         }
         self.inflight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `len` data bytes moved from or to the registered area.
+    pub(crate) fn moved_area(&self, len: u32) {
+        self.area_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
+    }
+
+    /// Counts `len` data bytes sent in the capsule from the request's pages.
+    pub(crate) fn moved_pages(&self, len: u32) {
+        self.page_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
+    }
+
+    /// Counts `len` data bytes copied to or from the pool.
+    pub(crate) fn copied(&self, len: u32) {
+        self.copied_bytes
+            .fetch_add(u64::from(len), Ordering::Relaxed);
     }
 
     /// Counts the completion of a command counted by `sent`.

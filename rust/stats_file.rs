@@ -53,6 +53,41 @@ fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
         large_high >> 10,
         pool.large_failures()
     ));
+    match ctrl.area() {
+        Some(area) => {
+            let rkey = ctrl.area_rkey();
+            ctrl.with_area_dev(|dev| {
+                let path = dev.and_then(|d| d.path().to_str().ok());
+                s.line(format_args!(
+                    "area: {} KiB, {}, rkey {:#x}, registrations {}, device /dev/{} (mapped {} times)",
+                    area.size() >> 10,
+                    if rkey != 0 {
+                        "registered"
+                    } else {
+                        "not registered"
+                    },
+                    rkey,
+                    area.registrations(),
+                    path.unwrap_or("(none)"),
+                    dev.map_or(0, |d| d.mappings())
+                ))
+            });
+        }
+        None => s.line(format_args!("area: none")),
+    }
+    // The I/O queues' (the admin queue's data is the kernel's own: it is always copied).
+    let (mut area_bytes, mut page_bytes, mut copied) = (0u64, 0u64, 0u64);
+    for qid in 1..n.queue_count() as u16 {
+        let Some(q) = ctrl.try_queue(qid) else { break };
+        let st = q.stats();
+        area_bytes += st.area_bytes.load(Ordering::Relaxed);
+        page_bytes += st.page_bytes.load(Ordering::Relaxed);
+        copied += st.copied_bytes.load(Ordering::Relaxed);
+    }
+    s.line(format_args!(
+        "data bytes (I/O queues): {} from the area without a copy, {} in capsules from their pages without a copy, {} copied through the pool",
+        area_bytes, page_bytes, copied
+    ));
     s.line(format_args!(
         "reconnects: {}, last took {} ms",
         ctrl.reconnects(),

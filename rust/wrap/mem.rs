@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Memory the transport lends to RDMA devices: a set of physically contiguous, zeroed chunks
-//! of pages (the registered pool), which the CPU reads and writes only by copying, since a
-//! device may write into it at any time.
+//! of pages (the registered pool, the registered area), which the CPU reads and writes only by
+//! copying, since a device may write into it at any time; processes may map it (see
+//! [`super::map_dev`]), and a request's pages may be found in it ([`ChunkSet::locate`]).
 //!
-//! C header: [`include/linux/gfp.h`](srctree/include/linux/gfp.h).
+//! C headers: [`include/linux/gfp.h`](srctree/include/linux/gfp.h),
+//! [`include/linux/mm.h`](srctree/include/linux/mm.h).
 
 use super::bindings;
 use core::ptr::NonNull;
@@ -34,10 +36,12 @@ impl Drop for Chunk {
 ///
 /// Every chunk is `chunk_size` bytes (a power of two, at least a page). No Rust reference to
 /// the memory exists: the CPU touches it only through [`ChunkSet::copy_in`] and
-/// [`ChunkSet::copy_out`], and devices through DMA mappings.
+/// [`ChunkSet::copy_out`] (and processes through mappings of it), and devices through DMA
+/// mappings. `by_pfn` holds each chunk's first page frame and index, sorted by frame.
 pub(crate) struct ChunkSet {
     chunks: KVec<Chunk>,
     chunk_size: u64,
+    by_pfn: KVec<(u64, usize)>,
 }
 
 // SAFETY: the chunks are plain memory owned by the set; it is accessed by copies only (type
@@ -55,15 +59,39 @@ impl ChunkSet {
         }
         let order = (chunk_size >> kernel::page::PAGE_SHIFT).trailing_zeros();
         let mut chunks = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
+        let mut by_pfn = KVec::with_capacity(n, GFP_KERNEL)?;
+        for i in 0..n {
             // SAFETY: allocates zeroed pages; the `Chunk` frees them.
             let va = unsafe { bindings::rsrdma_alloc_chunk(order, node) };
             let va = NonNull::new(va.cast::<u8>()).ok_or(ENOMEM)?;
             // INVARIANT: `1 << order` pages just allocated, owned by the chunk.
             chunks.push(Chunk { va, order }, GFP_KERNEL)?;
+            // SAFETY: the address of pages of the page allocator, allocated just above.
+            let pfn = unsafe { bindings::rsrdma_virt_to_pfn(va.as_ptr().cast()) };
+            by_pfn.push((pfn as u64, i), GFP_KERNEL)?;
         }
-        // INVARIANT: every chunk is `chunk_size` bytes, checked above.
-        Ok(Self { chunks, chunk_size })
+        by_pfn.sort_unstable_by_key(|&(pfn, _)| pfn);
+        // INVARIANT: every chunk is `chunk_size` bytes, checked above; `by_pfn` as computed.
+        Ok(Self {
+            chunks,
+            chunk_size,
+            by_pfn,
+        })
+    }
+
+    /// The offset in the set of the `len` bytes at byte `offset` of page frame `pfn` (which
+    /// may run over into the following frames), if they all lie in the set, one after the
+    /// other in its order. A lookup, nothing is dereferenced.
+    pub(crate) fn locate(&self, pfn: u64, offset: u32, len: u32) -> Option<u64> {
+        let shift = kernel::page::PAGE_SHIFT;
+        let pos = (pfn << shift).checked_add(u64::from(offset))?;
+        crate::proto::pool::locate(
+            &self.by_pfn,
+            shift as u32,
+            self.chunk_size,
+            pos,
+            u64::from(len),
+        )
     }
 
     pub(crate) fn chunk_size(&self) -> u64 {
@@ -91,7 +119,11 @@ impl ChunkSet {
 
     /// The pieces of `[offset, offset + len)` in the chunks: (chunk, offset in it, length).
     /// `EINVAL` if the range leaves the set.
-    fn spans(&self, offset: u64, len: u32) -> Result<impl Iterator<Item = (usize, u64, usize)>> {
+    pub(in crate::wrap) fn spans(
+        &self,
+        offset: u64,
+        len: u32,
+    ) -> Result<impl Iterator<Item = (usize, u64, usize)>> {
         let end = offset.checked_add(u64::from(len)).ok_or(EINVAL)?;
         if end > self.len() {
             return Err(EINVAL);

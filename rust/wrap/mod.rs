@@ -14,6 +14,7 @@ mod bindings;
 pub(crate) mod debugfs;
 pub(crate) mod errno;
 pub(crate) mod log;
+pub(crate) mod map_dev;
 pub(crate) mod mem;
 pub(crate) mod net;
 pub(crate) mod nvme;

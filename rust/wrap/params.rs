@@ -32,6 +32,12 @@ pub(crate) fn io_pool_bytes() -> u64 {
     u64::from(unsafe { bindings::rsrdma_io_pool_mib }) << 20
 }
 
+/// The size in MiB of the registered area of a controller created now (`area_mib`).
+pub(crate) fn area_mib() -> u64 {
+    // SAFETY: a module parameter, writable through sysfs: read once, as a plain word.
+    u64::from(unsafe { core::ptr::read_volatile(core::ptr::addr_of!(bindings::rsrdma_area_mib)) })
+}
+
 /// The number of I/O queues below which a controller gets dedicated write queues
 /// (`min_io_queues`).
 pub(crate) fn min_io_queues() -> u32 {

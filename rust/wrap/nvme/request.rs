@@ -29,7 +29,7 @@ use super::CoreCtrl;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, Ordering};
-use kernel::ffi::c_void;
+use kernel::ffi::{c_ulong, c_void};
 use kernel::prelude::*;
 use kernel::types::Opaque;
 
@@ -341,6 +341,54 @@ impl<'a, P> OwnedRq<'a, P> {
             left -= n;
             Ok(())
         })
+    }
+
+    /// Where the request's data lies in `set`, if all of it does, as one run of the set's
+    /// offsets: the offset of its first byte. `None` for data elsewhere (even in part), in
+    /// several runs, or a special payload. The pages are the request's, pinned by its owner
+    /// (a direct I/O's submitter) until it ends: a device may use them at that offset
+    /// meanwhile, through a registration of the set.
+    pub(crate) fn offset_in(&self, set: &ChunkSet) -> Option<u64> {
+        /// The walk's state: the set, and the run found so far (its start, and where the
+        /// next bvec must be).
+        struct Walk<'s> {
+            set: &'s ChunkSet,
+            start: Option<u64>,
+            next: u64,
+        }
+        /// # Safety
+        ///
+        /// `ctx` is the `Walk` `offset_in` passes to the glue.
+        unsafe extern "C" fn visit(ctx: *mut c_void, pfn: c_ulong, offset: u32, len: u32) -> i32 {
+            // SAFETY: per the function's contract; the walk outlives the call.
+            let w = unsafe { &mut *(ctx as *mut Walk<'_>) };
+            match w.set.locate(pfn as u64, offset, len) {
+                Some(at) if w.start.is_none() || at == w.next => {
+                    w.start.get_or_insert(at);
+                    w.next = at + u64::from(len);
+                    0
+                }
+                _ => 1,
+            }
+        }
+        let mut walk = Walk {
+            set,
+            start: None,
+            next: 0,
+        };
+        // SAFETY: an owned request, whose bios do not change while it is ours; `ctx` is the
+        // `Walk` `visit` expects, alive for the call.
+        let ret = unsafe {
+            bindings::rsrdma_rq_visit_bvecs(
+                self.ptr(),
+                Some(visit),
+                &mut walk as *mut Walk<'_> as *mut c_void,
+            )
+        };
+        if ret != 0 {
+            return None;
+        }
+        walk.start
     }
 
     /// The request's data as its bvecs, each a physically contiguous range (neighbours may be

@@ -408,7 +408,9 @@ impl ChunkMaps {
         if piece == 0 || set.chunk_size() % piece != 0 {
             return Err(EINVAL);
         }
-        let per_chunk = (set.chunk_size() / piece) as usize;
+        // At least one (`piece` divides the chunk size), which spares the divisions below a
+        // check for zero.
+        let per_chunk = ((set.chunk_size() / piece) as usize).max(1);
         let n = set.nr_chunks() * per_chunk;
         let mut maps = KVec::with_capacity(n, GFP_KERNEL)?;
         for i in 0..n {
@@ -436,7 +438,9 @@ impl ChunkMaps {
 
     /// Each piece as (CPU address, device address), in order.
     pub(in crate::wrap) fn pieces(&self) -> impl Iterator<Item = (*mut u8, u64)> + '_ {
-        let per_chunk = (self.set.chunk_size() / self.piece) as usize;
+        // As in `map`: the piece divides the chunk size (type invariant).
+        let per_chunk =
+            (self.set.chunk_size().checked_div(self.piece).unwrap_or(1) as usize).max(1);
         self.maps.iter().enumerate().map(move |(i, m)| {
             let va = self
                 .set

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The controller's registered area: memory that processes map (`/dev/rsrdma/<controller>`)
+//! and do direct I/O from, which then goes out without a copy.
+//!
+//! The area is allocated (zeroed) once per controller, like the pool, and kept across
+//! reconnects, so a process's mapping stays valid; it is registered with every new connection
+//! as a memory region of its own (a new RKEY each time) and deregistered, its RKEY invalidated,
+//! whenever the connection goes away. A request whose pages all lie in the area, in one run,
+//! gets a keyed SGL at their place in it (see `request::map_command`); any other request takes
+//! the pool. The memory outlives the controller while a process has it mapped.
+
+use crate::pool::{map_chunks, MemReg};
+use crate::wrap::log::{log_err, Prefix};
+use crate::wrap::map_dev::MapDevice;
+use crate::wrap::mem::ChunkSet;
+use crate::wrap::rdma::Pd;
+use core::sync::atomic::{AtomicU64, Ordering};
+use kernel::prelude::*;
+use kernel::sync::Arc;
+
+/// The largest area a controller may have, in MiB.
+pub(crate) const MAX_AREA_MIB: u64 = 1024;
+
+/// Preferred chunk size (the page allocator's largest block on x86); halved down to
+/// [`MIN_CHUNK`] when it has no chunks that large.
+const PREFERRED_CHUNK: u64 = 4 << 20;
+const MIN_CHUNK: u64 = 64 << 10;
+
+/// A controller's registered area.
+pub(crate) struct Area {
+    mem: Arc<ChunkSet>,
+    /// Registrations with a connection so far.
+    registrations: AtomicU64,
+}
+
+impl Area {
+    /// Allocates an area of `mib` MiB, zeroed; `EINVAL` beyond [`MAX_AREA_MIB`].
+    pub(crate) fn new(mib: u64) -> Result<Self> {
+        if mib > MAX_AREA_MIB {
+            log_err!(
+                Prefix::NONE,
+                "area_mib={}: a controller's registered area is at most {} MiB",
+                mib,
+                MAX_AREA_MIB
+            );
+            return Err(EINVAL);
+        }
+        let size = mib << 20;
+        let mut chunk = PREFERRED_CHUNK.min(size);
+        loop {
+            match ChunkSet::new(size.div_ceil(chunk) as usize, chunk, -1) {
+                Ok(mem) => {
+                    return Ok(Self {
+                        mem: Arc::new(mem, GFP_KERNEL)?,
+                        registrations: AtomicU64::new(0),
+                    })
+                }
+                Err(e) if e == ENOMEM && chunk > MIN_CHUNK => chunk /= 2,
+                Err(e) => {
+                    log_err!(
+                        Prefix::NONE,
+                        "area: {} MiB in chunks of {} KiB: {:?}",
+                        mib,
+                        chunk >> 10,
+                        e
+                    );
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The area's memory.
+    pub(crate) fn mem(&self) -> &ChunkSet {
+        &self.mem
+    }
+
+    /// The area's size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.mem.len()
+    }
+
+    /// The number of times it was registered with a connection.
+    pub(crate) fn registrations(&self) -> u64 {
+        self.registrations.load(Ordering::Relaxed)
+    }
+
+    /// Maps the area for DMA on the device of `pd` and prepares a memory region over it, to be
+    /// registered on the connection.
+    pub(crate) fn map(&self, pd: &Arc<Pd>) -> Result<MemReg> {
+        map_chunks(&self.mem, self.mem.len(), pd, "area")
+    }
+
+    /// Counts a registration that took effect.
+    pub(crate) fn registered(&self) {
+        self.registrations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Creates the character device processes map the area through, `/dev/rsrdma/<name>`.
+    pub(crate) fn publish(&self, name: &str) -> Result<Pin<KBox<MapDevice>>> {
+        MapDevice::new("rsrdma", name, self.mem.clone())
+    }
+}
