@@ -1,0 +1,174 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# rsrdma-timeout: 900
+#
+# The registered area (/dev/rsrdma/<controller>): direct I/O from a process's mapping of it goes
+# out with a keyed SGL at its place in the area, without a copy, and the debugfs counters show
+# every such byte moved from the area and none copied; the checkpoint example checks every byte
+# of blocks from 4 KiB to 4 MiB; ordinary memory and a buffer straddling the area's edge take
+# the pool, with the same bytes; the mmap calls that must fail fail with their errno; a fork and
+# a second process share the area; the area stays registered across a reset and a target
+# outage (a new RKEY, the same mapping); fio killed with I/O in flight; a controller deleted, and
+# the module unloaded, while a process has the area mapped.
+set -u
+. "$(dirname "$0")/lib/common.sh"
+
+AREA_PY=$RSRDMA_LIB/area.py
+CHECKPOINT=$RSRDMA_REPO/scripts/checkpoint.py
+RUN=/tmp/rsrdma-area
+
+cleanup() {
+	[ -n "${HOLD_PID:-}" ] && kill "$HOLD_PID" 2>/dev/null
+	rm -rf "$RUN"
+	teardown_all
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+ktap_print_header
+ktap_set_plan 16
+
+if ! rxe_setup || ! target_setup || ! host_load; then
+	bail_out "set-up failed"
+fi
+mkdir -p "$RUN"
+dmesg_mark
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
+wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
+dev=$(nvme_dev_for_nqn "$NQN_NULL")
+ctrl=$(basename "$(ctrl_for "$NQN_NULL")")
+area=/dev/rsrdma/$ctrl
+stats=/sys/kernel/debug/nvme_rsrdma/$ctrl/stats
+udevadm settle 2>/dev/null
+ktap_diag "device $dev, controller $ctrl, area $area"
+
+# counters: "AREA PAGES COPIED", the controller's data bytes (debugfs).
+counters() {
+	sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\1 \2 \3/p' "$stats"
+}
+area_rkey() { sed -nE 's/^area: .*rkey (0x[0-9a-f]+).*/\1/p' "$stats"; }
+registrations() { sed -nE 's/^area: .*registrations ([0-9]+).*/\1/p' "$stats"; }
+
+area_present() {
+	grep '^area:' "$stats" | ktap_diag
+	[ -c "$area" ] &&
+		grep -qE '^area: 65536 KiB, registered, rkey 0x0*[1-9a-f][0-9a-f]*, registrations 1,' "$stats" &&
+		log_has "$_dmesg_mark" "registered area: 64 MiB, mapped through $area"
+}
+ktap_check "area: /dev/rsrdma/$ctrl, 64 MiB, registered with an RKEY (debugfs, dmesg)" area_present
+
+# --- every byte through the area ---------------------------------------------------------------
+checkpoint() { # BLOCKS SIZE [ARGS...]
+	python3 "$CHECKPOINT" "$dev" --blocks "$1" --block-size "$2" "${@:3}"
+}
+ktap_check "checkpoint from the area, 4 KiB blocks: every byte checked, none copied" \
+	checkpoint 64 4K --expect-zero-copy
+ktap_check "checkpoint from the area, 128 KiB blocks: every byte checked, none copied" \
+	checkpoint 32 128K --expect-zero-copy --offset 8M
+ktap_check "checkpoint from the area, 1 MiB blocks: every byte checked, none copied" \
+	checkpoint 16 1M --expect-zero-copy --offset 16M --area-offset 4M
+ktap_check "checkpoint from the area, 4 MiB blocks: every byte checked, none copied" \
+	checkpoint 8 4M --expect-zero-copy --offset 64M --area-offset 28M
+
+# The same from ordinary memory: the pool, with a copy each way.
+anon_copied() {
+	local out
+	out=$(checkpoint 8 1M --memory anon --offset 128M) || { echo "$out"; return 1; }
+	echo "$out"
+	# 8 MiB written and 8 MiB read, copied through the pool both ways.
+	awk -v c="$ctrl:" '$1 == c && $(NF - 4) >= 16777216 { ok = 1 } END { exit !ok }' <<<"$out"
+}
+ktap_check "checkpoint from ordinary memory: same bytes, through the pool (copied)" anon_copied
+
+# fio with its buffers in the area (fio maps the device shared): verified random I/O at depth.
+fio_area() { # BS IODEPTH
+	local before after
+	before=$(counters)
+	fio_verify "$dev" 4 --bs="$1" --iodepth="$2" --iomem="mmapshared:$area" || return 1
+	after=$(counters)
+	ktap_diag "counters (area, capsule pages, copied) before: $before, after: $after"
+	read -r a0 _ c0 <<<"$before"
+	read -r a1 _ c1 <<<"$after"
+	((a1 > a0 && c1 == c0))
+}
+ktap_check "fio verify, 4 KiB QD32, buffers in the area: none copied" fio_area 4k 32
+ktap_check "fio verify, 1 MiB QD4, buffers in the area: none copied" fio_area 1m 4
+
+# --- bad input ---------------------------------------------------------------------------------
+ktap_check "a buffer straddling the area's edge goes through the pool, data intact" \
+	python3 "$AREA_PY" straddle "$area" "$dev"
+ktap_check "mmap refused beyond the size, past the end, PROT_EXEC, MAP_PRIVATE, unaligned" \
+	python3 "$AREA_PY" refusals "$area"
+ktap_check "a forked child and a second process share the area" python3 "$AREA_PY" share "$area"
+
+# fio killed (SIGKILL) with I/O in flight from the area: the pages stay pinned until the I/O
+# ends, then go with the mapping; the controller stays live and I/O goes on.
+kill_in_flight() {
+	local pid
+	(cd /tmp && exec fio --name=kill --filename="$dev" --direct=1 --ioengine=libaio --rw=randrw \
+		--bs=128k --iodepth=16 --size=32m --time_based --runtime=60 \
+		--iomem="mmapshared:$area" >/dev/null 2>&1) &
+	pid=$!
+	wait_for 30 pgrep -f -- '--name=kill' >/dev/null || return 1
+	sleep 2
+	pkill -KILL -f -- '--name=kill'
+	wait "$pid" 2>/dev/null
+	sleep 1
+	in_state "$ctrl" live && checkpoint 4 1M --expect-zero-copy --offset 160M
+}
+ktap_check "fio killed with I/O in flight from the area: live, I/O goes on" kill_in_flight
+
+# --- reconnects ----------------------------------------------------------------------------------
+reg_before=$(registrations)
+ktap_check "reset while mapped: a new RKEY, I/O from the same mapping, none copied" \
+	python3 "$AREA_PY" reconnect "$area" "$dev" "$ctrl"
+
+target_outage() {
+	local key1 key2 rc=0
+	key1=$(area_rkey)
+	fio_start "$dev" --bs=64k --iodepth=8 --iomem="mmapshared:$area"
+	target_port_disable
+	wait_for 30 not_live "$ctrl" || rc=1
+	ktap_diag "controller $(ctrl_state "$ctrl") with the port down; area: $(grep '^area:' "$stats")"
+	target_port_enable
+	wait_for 60 in_state "$ctrl" live || rc=1
+	fio_stop || rc=1
+	key2=$(area_rkey)
+	ktap_diag "area rkey $key1 before the outage, $key2 after; registrations $reg_before before the reset, $(registrations) now"
+	[ "$key1" != "$key2" ] && [ "$key2" != 0x0 ] && (($(registrations) >= reg_before + 2)) &&
+		log_has "$_dmesg_mark" "area: invalidating rkey $key1" && return $rc
+	return 1
+}
+ktap_check "target outage under fio from the area: re-registered, verified" target_outage
+
+# --- lifetimes ------------------------------------------------------------------------------------
+# A process holds 1 MiB of the area mapped (and the namespace open) while the controller is
+# deleted: the memory stays (and keeps what it held) until it unmaps, I/O from it to the
+# namespace fails; the device nodes go; the module cannot be unloaded meanwhile, and can be
+# afterwards.
+delete_while_mapped() {
+	local rc=0
+	python3 "$AREA_PY" hold "$area" "$dev" "$RUN/ready" "$RUN/done" >"$RUN/hold.log" 2>&1 &
+	HOLD_PID=$!
+	wait_for 30 test -e "$RUN/ready" || return 1
+	nvme disconnect -d "$ctrl" | ktap_diag
+	wait_for 30 test ! -e "$area" || { ktap_diag "$area still there"; rc=1; }
+	wait_for 30 test ! -b "$dev" || { ktap_diag "$dev still there"; rc=1; }
+	if rmmod nvme_rsrdma 2>"$RUN/rmmod.err"; then
+		ktap_diag "rmmod succeeded with the area mapped"
+		rc=1
+	else
+		ktap_diag "rmmod with the area mapped: $(cat "$RUN/rmmod.err")"
+	fi
+	touch "$RUN/done"
+	wait "$HOLD_PID" || rc=1
+	HOLD_PID=
+	ktap_diag "$(cat "$RUN/hold.log")"
+	host_unload || { ktap_diag "unload after the last unmap failed"; rc=1; }
+	return $rc
+}
+ktap_check "controller deleted and rmmod while mapped: memory kept, unload refused then done" \
+	delete_while_mapped
+ktap_check "area registration and invalidation in dmesg" \
+	log_has "$_dmesg_mark" "area: invalidating rkey"
