@@ -8,7 +8,8 @@
 #   make test       host unit tests + the KTAP suite in the guest; exits non-zero on failure
 #   make bench      side-by-side benchmark against the C nvme-rdma
 #   make rawbw      the benchmark's kernel-side raw RDMA bandwidth tool (out/rawbw)
-#   make install    modules_install + depmod (INSTALL_MOD_PATH, INSTALL_MOD_DIR honoured)
+#   make install    modules_install + depmod (INSTALL_MOD_PATH, INSTALL_MOD_DIR honoured) and
+#                   the udev rule that lets 4 MiB go as one command (UDEV_RULES_DIR)
 #   make docs       Documentation/*.rst to HTML in out/docs (docutils, warnings are errors)
 #
 # KDIR=/path/to/a/CONFIG_RUST/6.12/tree uses your own kernel tree instead of the cached one.
@@ -16,6 +17,8 @@
 
 KERNEL ?= default
 RSRDMA_WERROR ?= 1
+# Where `make install` puts the udev rule, below INSTALL_MOD_PATH.
+UDEV_RULES_DIR ?= /lib/udev/rules.d
 export KERNEL
 
 # The kernel's Rust needs the distribution rustc with its core sources, not rustup's.
@@ -105,7 +108,10 @@ install: $(if $(wildcard nvme_rsrdma.ko),,modules)
 	out=$$(depmod $(if $(INSTALL_MOD_PATH),-b "$(INSTALL_MOD_PATH)") -a "$$release" 2>&1) || \
 		{ echo "$$out" >&2; exit 1; }; \
 	$(if $(INSTALL_MOD_PATH),out=$$(echo "$$out" | grep -v 'could not open modules\.' || true);) \
-	[ -z "$$out" ] || echo "$$out" >&2
+	[ -z "$$out" ] || echo "$$out" >&2; \
+	install -D -m 644 scripts/udev/60-nvme-rsrdma.rules \
+		"$(INSTALL_MOD_PATH)$(UDEV_RULES_DIR)/60-nvme-rsrdma.rules"; \
+	$(if $(INSTALL_MOD_PATH),,! command -v udevadm >/dev/null || udevadm control --reload || true)
 
 docs:
 	scripts/docs.sh out/docs

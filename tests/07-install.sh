@@ -6,7 +6,8 @@
 # `make install INSTALL_MOD_PATH=$RSRDMA_OUT/stage` before the guest booted; here:
 #   - the staged tree: the module under lib/modules/<release>/updates, depmod's index with it
 #     and its nvme-rsrdma alias;
-#   - modinfo of the staged module: description, license, alias, the three parameters;
+#   - modinfo of the staged module: description, license, alias, its parameters; the udev rule
+#     staged beside it;
 #   - the staged module installed into the guest's module directory and depmod run there, as
 #     `make install` does on a real system: its dependencies resolved, `modprobe nvme_rsrdma`
 #     with parameters, and autoloading: `nvme connect -t rsrdma` with the module not loaded
@@ -54,7 +55,7 @@ if [ ! -f "$STAGED" ]; then
 	ktap_test_skip "install"
 	ktap_finished
 fi
-ktap_set_plan 14
+ktap_set_plan 15
 
 rsrdma_unload
 module_unload nvme_rdma
@@ -85,8 +86,11 @@ ktap_check "modinfo by name finds the staged module" test "$(field filename)" -e
 ktap_check "modinfo: description and license" desc_license
 ktap_check "modinfo: alias nvme-rsrdma" test "$(field alias)" = nvme-rsrdma
 params=$(field parm | cut -d: -f1 | sort | tr '\n' ' ')
-ktap_check "modinfo: parameters dropin, io_pool_mib, min_io_queues, slot_kib, spread_kib" \
-	test "$params" = "dropin io_pool_mib min_io_queues slot_kib spread_kib "
+ktap_check "modinfo: parameters area_mib, dropin, io_pool_mib, min_io_queues, slot_kib, spread_kib" \
+	test "$params" = "area_mib dropin io_pool_mib min_io_queues slot_kib spread_kib "
+# The udev rule that raises max_sectors_kb (11-area tests what it does).
+ktap_check "make install staged the udev rule (lib/udev/rules.d/60-nvme-rsrdma.rules)" \
+	cmp "$STAGE/lib/udev/rules.d/60-nvme-rsrdma.rules" "$RSRDMA_REPO/scripts/udev/60-nvme-rsrdma.rules"
 
 # --- installed into the guest's module directory ---------------------------------------------
 install_moddir() {

@@ -8,8 +8,10 @@
 # of blocks from 4 KiB to 4 MiB; ordinary memory and a buffer straddling the area's edge take
 # the pool, with the same bytes; the mmap calls that must fail fail with their errno; a fork and
 # a second process share the area; the area stays registered across a reset and a target
-# outage (a new RKEY, the same mapping); fio killed with I/O in flight; a controller deleted, and
-# the module unloaded, while a process has the area mapped.
+# outage (a new RKEY, the same mapping); fio killed with I/O in flight; against the 4 MiB test
+# target, each 4 MiB block is one command (the udev rule) and the previous association's area
+# RKEY is dead; an area above the limit is refused; a controller deleted, and the module
+# unloaded, while a process has the area mapped.
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
@@ -19,14 +21,15 @@ RUN=/tmp/rsrdma-area
 
 cleanup() {
 	[ -n "${HOLD_PID:-}" ] && kill "$HOLD_PID" 2>/dev/null
-	rm -rf "$RUN"
+	hostile_stop
+	rm -rf "$RUN" /run/udev/rules.d/60-nvme-rsrdma.rules
 	teardown_all
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 ktap_print_header
-ktap_set_plan 16
+ktap_set_plan 19
 
 if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -43,6 +46,9 @@ stats=/sys/kernel/debug/nvme_rsrdma/$ctrl/stats
 udevadm settle 2>/dev/null
 ktap_diag "device $dev, controller $ctrl, area $area"
 
+# since_mark_has TEXT: the kernel log since the test's mark holds TEXT.
+since_mark_has() { dmesg_since_mark | grep -qF -- "$1"; }
+
 # counters: "AREA PAGES COPIED", the controller's data bytes (debugfs).
 counters() {
 	sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\1 \2 \3/p' "$stats"
@@ -54,7 +60,7 @@ area_present() {
 	grep '^area:' "$stats" | ktap_diag
 	[ -c "$area" ] &&
 		grep -qE '^area: 65536 KiB, registered, rkey 0x0*[1-9a-f][0-9a-f]*, registrations 1,' "$stats" &&
-		log_has "$_dmesg_mark" "registered area: 64 MiB, mapped through $area"
+		since_mark_has "registered area: 64 MiB, mapped through $area"
 }
 ktap_check "area: /dev/rsrdma/$ctrl, 64 MiB, registered with an RKEY (debugfs, dmesg)" area_present
 
@@ -137,10 +143,96 @@ target_outage() {
 	key2=$(area_rkey)
 	ktap_diag "area rkey $key1 before the outage, $key2 after; registrations $reg_before before the reset, $(registrations) now"
 	[ "$key1" != "$key2" ] && [ "$key2" != 0x0 ] && (($(registrations) >= reg_before + 2)) &&
-		log_has "$_dmesg_mark" "area: invalidating rkey $key1" && return $rc
+		since_mark_has "area: invalidating rkey $key1" && return $rc
 	return 1
 }
 ktap_check "target outage under fio from the area: re-registered, verified" target_outage
+
+# --- the 4 MiB test target ------------------------------------------------------------------------
+# rsrdma-target (tests/target) allows 8 MiB commands. The project's udev rule (make install puts
+# it in /lib/udev/rules.d; here it goes in /run/udev/rules.d) raises max_sectors_kb to the 4 MiB
+# the transport allows, so each 4 MiB block is one command: the target's log shows each with a
+# keyed SGL of 4 MiB and the area's RKEY.
+UDEV_RULE=/run/udev/rules.d/60-nvme-rsrdma.rules
+hconnect() {
+	timeout 90 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$HOSTILE_PORT" \
+		-n "$HOSTILE_NQN" --reconnect-delay=1 --ctrl-loss-tmo=60 2>&1
+}
+hdev() { wait_for 30 nvme_dev_for_nqn "$HOSTILE_NQN" >/dev/null && nvme_dev_for_nqn "$HOSTILE_NQN"; }
+hstats() { echo "/sys/kernel/debug/nvme_rsrdma/$(hostile_ctrl)/stats"; }
+mkdir -p "${UDEV_RULE%/*}" && cp "$RSRDMA_REPO/scripts/udev/60-nvme-rsrdma.rules" "$UDEV_RULE"
+# udev_apply DEV: the rules applied to DEV's add event. The virtme-ng guest has no running udevd
+# (it exits at once there): then udev's own rules engine applies them, through udevadm test.
+udev_apply() {
+	if udevadm control --ping >/dev/null 2>&1; then
+		udevadm control --reload && udevadm settle -t 10
+	else
+		ktap_diag "no udevd in this guest: the rules applied by udevadm test"
+		udevadm test --action=add "/sys/block/${1##*/}" 2>&1 | grep -F 60-nvme-rsrdma | ktap_diag
+	fi
+}
+
+one_command() {
+	local hd key n
+	hconnect | ktap_diag && hd=$(hdev) || return 1
+	udev_apply "$hd"
+	ktap_diag "$hd: max_hw_sectors_kb $(cat "/sys/block/${hd##*/}/queue/max_hw_sectors_kb"), max_sectors_kb $(cat "/sys/block/${hd##*/}/queue/max_sectors_kb")"
+	[ "$(cat "/sys/block/${hd##*/}/queue/max_sectors_kb")" = 4096 ] || return 1
+	key=$(sed -nE 's/^area: .*rkey (0x[0-9a-f]+).*/\1/p' "$(hstats)")
+	python3 "$CHECKPOINT" "$hd" --blocks 8 --block-size 4M --expect-zero-copy || return 1
+	n=$(grep -cE "^q[0-9]+ cid 0x[0-9a-f]+ (write|read) .* len 4194304 keyed addr 0x[0-9a-f]+ len 4194304 key $key\$" "$HOSTILE_VLOG")
+	ktap_diag "the target saw $n commands of 4 MiB with the area's rkey $key"
+	((n == 16))
+}
+# Started here, in the test's own shell, which stops it (ktap_check runs cases in a subshell).
+hostile_start -v
+ktap_check "4 MiB blocks against the 4 MiB target: one command each, the area's RKEY, none copied" \
+	one_command
+hdisconnect() {
+	hostile_stop
+	timeout 60 nvme disconnect -n "$HOSTILE_NQN" >/dev/null 2>&1
+	wait_for 30 eval '! hostile_ctrl >/dev/null'
+}
+hdisconnect
+
+# The previous association's RKEY of the area must be dead: the target records the RKEY of a
+# 4 MiB write from the area and closes the association; on the new one, it tries an RDMA WRITE
+# with the recorded RKEY before serving the next command.
+stale_area_key() {
+	local hd key rc=0
+	hconnect | ktap_diag && hd=$(hdev) || return 1
+	# Armed once the namespace's first reads (the rules' blkid) are done: the next keyed
+	# command is the checkpoint's write.
+	udev_apply "$hd"
+	hostile_arm || return 1
+	key=$(sed -nE 's/^area: .*rkey (0x[0-9a-f]+).*/\1/p' "$(hstats)")
+	python3 "$CHECKPOINT" "$hd" --blocks 1 --block-size 4M --expect-zero-copy || rc=1
+	grep -E '^(hostile )?stale-rkey' "$HOSTILE_LOG" | ktap_diag
+	grep -q "^hostile stale-rkey: recorded rkey $key " "$HOSTILE_LOG" ||
+		{ ktap_diag "the recorded rkey is not the area's ($key)"; rc=1; }
+	hostile_wait 30 "^stale-rkey result: remote-access-error" || rc=1
+	ktap_diag "area now: $(grep '^area:' "$(hstats)")"
+	return $rc
+}
+hostile_start --mode stale-rkey --arm signal -v
+ktap_check "the area's RKEY of the previous association fails at the target; data intact" \
+	stale_area_key
+hdisconnect
+rm -f "$UDEV_RULE"
+
+# An area above the limit is refused with a clear error, nothing left behind.
+area_limit() {
+	local p=/sys/module/nvme_rsrdma/parameters/area_mib out rc=0
+	echo 2048 >"$p" || return 1
+	out=$(timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL2" 2>&1) &&
+		{ echo "connect with area_mib=2048 succeeded: $out"; rc=1; }
+	echo 64 >"$p"
+	echo "nvme connect: $out"
+	ctrl_for "$NQN_NULL2" >/dev/null 2>&1 && { echo "a controller was left"; rc=1; }
+	since_mark_has "area_mib=2048: a controller's registered area is at most 1024 MiB" || rc=1
+	return $rc
+}
+ktap_check "area_mib=2048: connect refused with the limit in dmesg" area_limit
 
 # --- lifetimes ------------------------------------------------------------------------------------
 # A process holds 1 MiB of the area mapped (and the namespace open) while the controller is
@@ -171,4 +263,4 @@ delete_while_mapped() {
 ktap_check "controller deleted and rmmod while mapped: memory kept, unload refused then done" \
 	delete_while_mapped
 ktap_check "area registration and invalidation in dmesg" \
-	log_has "$_dmesg_mark" "area: invalidating rkey"
+	since_mark_has "area: invalidating rkey"
