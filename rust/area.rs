@@ -3,10 +3,11 @@
 //! The controller's registered area: memory that processes map (`/dev/rsrdma/<controller>`)
 //! and do direct I/O from, which then goes out without a copy.
 //!
-//! The area is allocated (zeroed) once per controller, like the pool, and kept across
-//! reconnects, so a process's mapping stays valid; it is registered with every new connection
-//! as a memory region of its own (a new RKEY each time) and deregistered, its RKEY invalidated,
-//! whenever the connection goes away. A request whose pages all lie in the area, in one run,
+//! The area is allocated (zeroed) once, like the pool, and kept across reconnects, so a
+//! process's mapping stays valid; the controllers of one subsystem share it (each path of a
+//! multipath namespace can then send data from it where it is). Each controller registers it
+//! with every new connection as a memory region of its own (a new RKEY each time) and
+//! deregisters it, its RKEY invalidated, whenever the connection goes away. A request whose pages all lie in the area, in one run,
 //! gets a keyed SGL at their place in it (see `request::map_command`); any other request takes
 //! the pool. The memory outlives the controller while a process has it mapped.
 
@@ -15,7 +16,6 @@ use crate::wrap::log::{log_err, Prefix};
 use crate::wrap::map_dev::MapDevice;
 use crate::wrap::mem::ChunkSet;
 use crate::wrap::rdma::Pd;
-use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
 
@@ -27,11 +27,9 @@ pub(crate) const MAX_AREA_MIB: u64 = 1024;
 const PREFERRED_CHUNK: u64 = 4 << 20;
 const MIN_CHUNK: u64 = 64 << 10;
 
-/// A controller's registered area.
+/// The registered area of a subsystem's controllers.
 pub(crate) struct Area {
     mem: Arc<ChunkSet>,
-    /// Registrations with a connection so far.
-    registrations: AtomicU64,
 }
 
 impl Area {
@@ -53,7 +51,6 @@ impl Area {
                 Ok(mem) => {
                     return Ok(Self {
                         mem: Arc::new(mem, GFP_KERNEL)?,
-                        registrations: AtomicU64::new(0),
                     })
                 }
                 Err(e) if e == ENOMEM && chunk > MIN_CHUNK => chunk /= 2,
@@ -81,20 +78,10 @@ impl Area {
         self.mem.len()
     }
 
-    /// The number of times it was registered with a connection.
-    pub(crate) fn registrations(&self) -> u64 {
-        self.registrations.load(Ordering::Relaxed)
-    }
-
     /// Maps the area for DMA on the device of `pd` and prepares a memory region over it, to be
     /// registered on the connection.
     pub(crate) fn map(&self, pd: &Arc<Pd>) -> Result<MemReg> {
         map_chunks(&self.mem, self.mem.len(), pd, "area")
-    }
-
-    /// Counts a registration that took effect.
-    pub(crate) fn registered(&self) {
-        self.registrations.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Creates the character device processes map the area through, `/dev/rsrdma/<name>`.

@@ -109,8 +109,11 @@ pub(crate) struct RdmaCtrl {
     conn: RcuSlot<CtrlConn>,
     #[pin]
     pool: Pool,
-    /// The registered area processes map, if the controller has one (see `area`).
-    area: Option<Area>,
+    /// The registered area processes map, if the controller has one (see `area`), shared with
+    /// the subsystem's other controllers.
+    area: Option<Arc<Area>>,
+    /// The area's registrations with this controller's connections so far.
+    area_registrations: AtomicU64,
     /// The area's registration on the current connection; dropped before `conn`.
     #[pin]
     area_reg: RcuSlot<MemReg>,
@@ -159,12 +162,14 @@ fn parse_addr(addr: &CStr, port: Option<&CStr>) -> Result<(SockAddr, Endpoint)> 
 impl RdmaCtrl {
     /// Creates and connects a controller for `args` (the transport's `create_ctrl`), named
     /// after transport `name`, with its debugfs directory in `debugfs_root`. `is_duplicate`
-    /// says whether a controller with the options' association exists.
+    /// says whether a controller with the options' association exists; `subsystem_area` gives
+    /// the registered area of another controller of the options' subsystem, if any.
     pub(crate) fn create(
         args: &CreateArgs<'_>,
         name: &'static CStr,
         debugfs_root: &Arc<Dir>,
         is_duplicate: impl Fn(Options<'_>) -> bool,
+        subsystem_area: impl Fn(Options<'_>) -> Option<Arc<Area>>,
     ) -> Result<NewCtrl<RdmaCtrl>> {
         let opts = args.opts();
         crate::options::validate(**opts)?;
@@ -228,7 +233,10 @@ impl RdmaCtrl {
         let area = match params::area_mib() {
             0 => None,
             _ if nr_io == 0 => None,
-            mib => Some(Area::new(mib)?),
+            mib => match subsystem_area(**opts) {
+                Some(area) => Some(area),
+                None => Some(Arc::new(Area::new(mib)?, GFP_KERNEL)?),
+            },
         };
         let mut queues = KVec::with_capacity(nr_io as usize + 1, GFP_KERNEL)?;
         for qid in 0..=nr_io as u16 {
@@ -245,6 +253,7 @@ impl RdmaCtrl {
             conn <- new_rcu_slot!("rsrdma_ctrl::conn"),
             pool <- pool,
             area,
+            area_registrations: AtomicU64::new(0),
             area_reg <- new_rcu_slot!("rsrdma_ctrl::area_reg"),
             area_dev <- kernel::new_mutex!(None),
             area_rkey: AtomicU32::new(0),
@@ -314,8 +323,13 @@ impl RdmaCtrl {
         &self.pool
     }
 
-    pub(crate) fn area(&self) -> Option<&Area> {
+    pub(crate) fn area(&self) -> Option<&Arc<Area>> {
         self.area.as_ref()
+    }
+
+    /// The area's registrations with this controller's connections so far.
+    pub(crate) fn area_registrations(&self) -> u64 {
+        self.area_registrations.load(Ordering::Relaxed)
     }
 
     /// The area's registration on the current connection.
@@ -732,7 +746,7 @@ impl Ctrl {
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
         self.queue(0).register_region(self, reg, "area")?;
-        area.registered();
+        let count = self.area_registrations.fetch_add(1, Ordering::Relaxed) + 1;
         let region = reg.region();
         self.area_rkey.store(region.rkey(), Ordering::Relaxed);
         log_info!(
@@ -741,7 +755,7 @@ impl Ctrl {
             area.size() >> 20,
             region.iova(),
             region.rkey(),
-            area.registrations()
+            count
         );
         Ok(())
     }

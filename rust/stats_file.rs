@@ -67,7 +67,7 @@ fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
                         "not registered"
                     },
                     rkey,
-                    area.registrations(),
+                    ctrl.area_registrations(),
                     path.unwrap_or("(none)"),
                     dev.map_or(0, |d| d.mappings())
                 ))

@@ -48,9 +48,19 @@ impl Transport for RdmaCtrl {
         reg.ctrls().reserve().inspect_err(|_| {
             log_err!(Prefix::NONE, "out of memory listing a new controller");
         })?;
-        let ctrl = RdmaCtrl::create(&args, name(), reg.debugfs(), |opts| {
-            reg.ctrls().any(|c| opts.same_association(c.core()))
-        })?;
+        let ctrl = RdmaCtrl::create(
+            &args,
+            name(),
+            reg.debugfs(),
+            |opts| reg.ctrls().any(|c| opts.same_association(c.core())),
+            |opts| {
+                let nqn = opts.subsysnqn()?;
+                reg.all()
+                    .iter()
+                    .filter(|c| c.core().subsysnqn().as_bytes() == nqn.as_bytes())
+                    .find_map(|c| c.area().cloned())
+            },
+        )?;
         if reg.ctrls().add(&ctrl).is_err() {
             log_err!(ctrl.core(), "controller not listed");
         }

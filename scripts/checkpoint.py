@@ -3,7 +3,8 @@
 """A checkpoint through the registered area: write N blocks to a namespace and read them back.
 
 The blocks are filled in the controller's registered area, mapped from /dev/rsrdma/<controller>
-(the memory the transport registered with the connection), written to the namespace with
+(the memory the transport registered with the connection; the controllers of one subsystem share
+it, so a multipath namespace works the same), written to the namespace with
 O_DIRECT straight from that mapping, the mapping cleared, the blocks read back into it and
 checked. With the area, the NIC reads and writes the mapping itself: the controller's debugfs
 counters show the bytes moved without a copy. `--memory anon` does the same from ordinary
@@ -38,31 +39,36 @@ def size_arg(text):
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
-def controller_of(namespace):
-    """The controller (nvmeN) a namespace block device (nvmeXnY or nvmeXcNnY) belongs to."""
+def controllers_of(namespace):
+    """The controllers (nvmeN) behind a namespace block device: its own, or, for a multipath
+    head, every controller of its subsystem."""
     name = os.path.basename(namespace)
-    path = f"/sys/block/{name}/device"
-    if os.path.exists(path):
-        # A path device: device is the controller; a head: it names the subsystem.
-        ctrl = os.path.basename(os.path.realpath(path))
-        if re.fullmatch(r"nvme\d+", ctrl):
-            return ctrl
-    m = re.fullmatch(r"nvme(\d+)(?:c\d+)?n\d+", name)
-    if not m:
-        sys.exit(f"{namespace}: not an NVMe namespace")
-    return f"nvme{m.group(1)}"
+    dev = os.path.realpath(f"/sys/block/{name}/device")
+    base = os.path.basename(dev)
+    if re.fullmatch(r"nvme\d+", base):
+        return [base]
+    if base.startswith("nvme-subsys"):
+        ctrls = sorted(e for e in os.listdir(dev) if re.fullmatch(r"nvme\d+", e))
+        if ctrls:
+            return ctrls
+    sys.exit(f"{namespace}: not an NVMe namespace")
 
 
-def counters(ctrl):
-    """The controller's data counters: bytes from the area, in capsules, copied."""
-    try:
-        with open(f"{DEBUGFS}/{ctrl}/stats", encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
-        return None
-    m = re.search(r"^data bytes[^:]*: (\d+) from the area.*?, (\d+) in capsules.*?, (\d+) copied",
-                  text, re.MULTILINE)
-    return tuple(int(x) for x in m.groups()) if m else None
+def counters(ctrls):
+    """Bytes from the area, in capsules, copied, summed over the controllers (debugfs)."""
+    total = [0, 0, 0]
+    for ctrl in ctrls:
+        try:
+            with open(f"{DEBUGFS}/{ctrl}/stats", encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            continue
+        m = re.search(r"^data bytes[^:]*: (\d+) from the area.*?, (\d+) in capsules.*?, (\d+) copied",
+                      text, re.MULTILINE)
+        if not m:
+            return None
+        total = [t + int(x) for t, x in zip(total, m.groups())]
+    return total
 
 
 def pattern(block, size, seed):
@@ -96,10 +102,12 @@ def main():
     total = bs * n
     if n <= 0 or bs <= 0 or bs % 4096 or args.offset % 4096 or args.area_offset % 4096:
         sys.exit("blocks must be positive; sizes and offsets multiples of 4 KiB")
-    ctrl = controller_of(args.namespace)
+    ctrls = controllers_of(args.namespace)
+    ctrl = " + ".join(ctrls)
 
     if args.memory == "area":
-        area = args.area or f"/dev/rsrdma/{ctrl}"
+        area = args.area or next((f"/dev/rsrdma/{c}" for c in ctrls
+                                  if os.path.exists(f"/dev/rsrdma/{c}")), "/dev/rsrdma/?")
         try:
             afd = os.open(area, os.O_RDWR)
             mem = mmap.mmap(afd, total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
@@ -113,7 +121,7 @@ def main():
     view = memoryview(mem)
 
     fd = os.open(args.namespace, os.O_RDWR | os.O_DIRECT)
-    before = counters(ctrl)
+    before = counters(ctrls)
 
     for i in range(n):
         view[i * bs:(i + 1) * bs] = pattern(i, bs, args.seed)
@@ -130,7 +138,7 @@ def main():
         if os.preadv(fd, [view[i * bs:(i + 1) * bs]], args.offset + i * bs) != bs:
             sys.exit(f"short read of block {i}")
     t_read = time.monotonic() - t0
-    after = counters(ctrl)
+    after = counters(ctrls)
     os.close(fd)
 
     good = sum(view[i * bs:(i + 1) * bs] == pattern(i, bs, args.seed) for i in range(n))

@@ -8,7 +8,9 @@
 # of blocks from 4 KiB to 4 MiB; ordinary memory and a buffer straddling the area's edge take
 # the pool, with the same bytes; the mmap calls that must fail fail with their errno; a fork and
 # a second process share the area; the area stays registered across a reset and a target
-# outage (a new RKEY, the same mapping); fio killed with I/O in flight; against the 4 MiB test
+# outage (a new RKEY, the same mapping); fio killed with I/O in flight; a second controller of
+# the subsystem shares the area, and I/O through the multipath head goes from it on both paths
+# without a copy; against the 4 MiB test
 # target, each 4 MiB block is one command (the udev rule) and the previous association's area
 # RKEY is dead; an area above the limit is refused; a controller deleted, and the module
 # unloaded, while a process has the area mapped.
@@ -29,7 +31,7 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 ktap_print_header
-ktap_set_plan 19
+ktap_set_plan 20
 
 if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -50,7 +52,7 @@ ktap_diag "device $dev, controller $ctrl, area $area"
 since_mark_has() { dmesg_since_mark | grep -qF -- "$1"; }
 
 # counters: "AREA PAGES COPIED", the controller's data bytes (debugfs).
-counters() {
+counters() { # ($stats: the controller's file)
 	sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\1 \2 \3/p' "$stats"
 }
 area_rkey() { sed -nE 's/^area: .*rkey (0x[0-9a-f]+).*/\1/p' "$stats"; }
@@ -147,6 +149,46 @@ target_outage() {
 	return 1
 }
 ktap_check "target outage under fio from the area: re-registered, verified" target_outage
+
+# --- multipath ----------------------------------------------------------------------------------
+# A second controller of the subsystem (its IPv6 port) shares the area: both devices map the same
+# memory, and I/O through the multipath head, sent round-robin on both paths, goes from the area
+# without a copy on each.
+multipath() {
+	local c6 sub s4 s6 b4 b6 a4 a6
+	target_ipv6_setup || return 1
+	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR6" -s "$TARGET_PORT" -n "$NQN_NULL" |
+		ktap_diag
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN_NULL" ] && [ "${c##*/}" != "$ctrl" ] && c6=${c##*/}
+	done
+	[ -n "${c6:-}" ] || { echo "no second controller"; return 1; }
+	wait_for 30 in_state "$c6" live || return 1
+	for sub in /sys/class/nvme-subsystem/*; do [ -e "$sub/$ctrl" ] && break; done
+	echo "second path $c6; $(basename "$sub"): $(cat "$sub/iopolicy") -> round-robin"
+	echo round-robin >"$sub/iopolicy" || return 1
+	python3 - "$area" "/dev/rsrdma/$c6" <<-'PY' || return 1
+		import mmap, os, sys
+		a, b = (mmap.mmap(os.open(p, os.O_RDWR), 4096, mmap.MAP_SHARED, offset=60 << 20) for p in sys.argv[1:])
+		tok = os.urandom(4096); a[:] = tok
+		print("the two controllers' devices map", "the same memory" if b[:] == tok else "DIFFERENT memory")
+		sys.exit(b[:] != tok)
+	PY
+	s4=/sys/kernel/debug/nvme_rsrdma/$ctrl/stats s6=/sys/kernel/debug/nvme_rsrdma/$c6/stats
+	b4=$(stats=$s4 counters) b6=$(stats=$s6 counters)
+	python3 "$CHECKPOINT" "$dev" --blocks 16 --block-size 1M --offset 192M --area "$area" \
+		--expect-zero-copy || return 1
+	a4=$(stats=$s4 counters) a6=$(stats=$s6 counters)
+	echo "$ctrl (area, capsule pages, copied): $b4 -> $a4; $c6: $b6 -> $a6"
+	nvme disconnect -d "$c6" >/dev/null
+	read -r x4 _ y4 <<<"$b4"
+	read -r z4 _ w4 <<<"$a4"
+	read -r x6 _ y6 <<<"$b6"
+	read -r z6 _ w6 <<<"$a6"
+	((z4 > x4 && z6 > x6 && w4 == y4 && w6 == y6))
+}
+ktap_check "multipath: the subsystem's controllers share the area, both paths send from it" \
+	multipath
 
 # --- the 4 MiB test target ------------------------------------------------------------------------
 # rsrdma-target (tests/target) allows 8 MiB commands. The project's udev rule (make install puts
