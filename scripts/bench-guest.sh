@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # The guest side of `make bench` (run by scripts/bench.sh through scripts/vm.sh): the same fio
-# jobs through nvme_rsrdma ("rsrdma") and the C nvme-rdma ("rdma") against the same kind of
+# jobs through nvme_rsrdma ("rsrdma"; "area" with fio's buffers in the controller's registered
+# area, see AREA_JOBS) and the C nvme-rdma ("rdma") against the same kind of
 # target over the same rxe device: nvmet-rdma with a null_blk namespace without and with memory
 # backing, and the project's own target (tests/target, rsrdma-target: memory backed, MDTS 8 MiB,
 # so that rsrdma moves 4 MiB in one command where the C driver, limited to 255 pages per
@@ -49,6 +50,10 @@ JOBS=(
 # send 4 MiB in one command (the other jobs measured nvmet-rdma's figures again, and took the
 # benchmark past 20 minutes).
 OWN_JOBS="seqwrite4m seqread4m"
+# These jobs also run on nvme_rsrdma with fio's buffers in the controller's registered area
+# (--iomem=mmapshared:/dev/rsrdma/<controller>): the "area" runs, which send from and into the
+# buffers without a copy, beside the same jobs from ordinary memory through the pool.
+AREA_JOBS="iops4k seqread128k seqwrite128k seqwrite4m seqread4m"
 
 TRANSPORTS="rsrdma rdma"
 OWN_PIDS=
@@ -130,24 +135,42 @@ own_start() {
 
 busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
+# data_bytes STATS: "COPIED MOVED", the I/O queues' data bytes copied through the pool and moved
+# in all (from the area, from their own pages, through the pool), from a controller's debugfs.
+data_bytes() {
+	sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\3 \1 \2/p' "$1" |
+		awk '{ print $1, $1 + $2 + $3 }'
+}
+
 # run_job BACKING TRANSPORT ROUND DEV "name rw bs iodepth numjobs": one fio run, its JSON output
 # in $RSRDMA_OUT/fio/ and a line in $RUNS for the host's `bench.py record` (Python's start-up
-# alone takes 1-3 s here, which once per run added minutes to the benchmark).
+# alone takes 1-3 s here, which once per run added minutes to the benchmark). TRANSPORT "area"
+# is nvme_rsrdma (DEV its namespace) with fio's buffers in the controller's registered area
+# ($AREA_DEV); for it and "rsrdma", the bytes copied and moved during the run ($AREA_STATS, the
+# controller's debugfs) go in the line too.
 run_job() {
-	local backing=$1 transport=$2 round=$3 dev=$4 name rw bs qd nj j0 j1 out
+	local backing=$1 transport=$2 round=$3 dev=$4 name rw bs qd nj j0 j1 out c0 m0 c1 m1
 	read -r name rw bs qd nj <<<"$5"
 	# One job per vCPU means one on each: left to the scheduler, two jobs sometimes share a
 	# vCPU (and so one queue) and the figure halves, for either transport.
-	local pin=()
+	local pin=() mem=()
 	((nj > 1)) && pin=(--cpus_allowed="0-$((CPUS - 1))" --cpus_allowed_policy=split)
+	# Each job maps the area from its start: with several, their buffers are the same memory,
+	# which is harmless for a benchmark that checks no data.
+	[ "$transport" = area ] && mem=(--iomem="mmapshared:$AREA_DEV")
 	out=fio/$backing-$transport-$round-$name-$((++RUN_SEQ)).json
+	c0=- m0=- c1=- m1=-
+	[ "$transport" = rdma ] || read -r c0 m0 < <(data_bytes "$AREA_STATS")
 	j0=$(busy_jiffies)
 	(cd /tmp && fio --output-format=json --name="$name" --filename="$dev" --direct=1 \
 		--ioengine=io_uring --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" "${pin[@]}" \
-		--group_reporting --time_based --runtime="$SECS" --ramp_time=1 --size=512m \
+		"${mem[@]}" --group_reporting --time_based --runtime="$SECS" --ramp_time=1 --size=512m \
 		--norandommap --randrepeat=0 >"$RSRDMA_OUT/$out" 2>/dev/null)
 	j1=$(busy_jiffies)
-	echo "$backing $transport $round $name $rw $bs $qd $nj $((j1 - j0)) $CLK_TCK $out" >>"$RUNS"
+	[ "$transport" = rdma ] || read -r c1 m1 < <(data_bytes "$AREA_STATS")
+	local copied=- moved=-
+	[ "$c0" = - ] || [ "$c1" = - ] || copied=$((c1 - c0)) moved=$((m1 - m0))
+	echo "$backing $transport $round $name $rw $bs $qd $nj $((j1 - j0)) $CLK_TCK $out $copied $moved" >>"$RUNS"
 	note "$backing $transport round $round $name: done"
 }
 
@@ -234,6 +257,8 @@ if ! rxe_setup || ! target_setup; then
 fi
 modprobe -a nvme-fabrics rdma_cm nvme-rdma
 rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
+# The controllers' counters of copied bytes.
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 netdev_mtu=$(cat "/sys/class/net/$RXE_NETDEV/mtu")
 roce_mtu=$(ibv_devinfo -d "$RXE_NAME" | awk '/active_mtu/ { print $2; exit }')
 note "rxe on $RXE_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
@@ -270,6 +295,7 @@ for backing in $BACKINGS; do
 		jobs=
 	fi
 	declare -A devs=()
+	AREA_DEV='' AREA_STATS=''
 	for t in $TRANSPORTS; do
 		if [ "$backing" = own ]; then
 			port=$(own_port "$t") nqn=$(own_nqn "$t")
@@ -282,6 +308,11 @@ for backing in $BACKINGS; do
 				"$backing" "$t" >>"$OUTF"
 			unset "devs[$t]"
 			continue
+		fi
+		if [ "$t" = rsrdma ]; then
+			c=$(ctrl_for "$nqn")
+			AREA_DEV=/dev/rsrdma/${c##*/} AREA_STATS=/sys/kernel/debug/nvme_rsrdma/${c##*/}/stats
+			[ -c "$AREA_DEV" ] || note "$backing: no registered area at $AREA_DEV"
 		fi
 		max_kb=$(cat "/sys/block/${devs[$t]##*/}/queue/max_sectors_kb")
 		# The hardware queues of the controller's path device (the multipath head has none).
@@ -300,8 +331,15 @@ for backing in $BACKINGS; do
 			# is not neutral: the first run of a pair follows a different job; 4 KiB
 			# random writes on null came out at 0.92x when nvme_rsrdma led and 1.05x
 			# when the C driver led (Documentation/testing.rst).
-			if (((r + k++) % 2)); then order="rsrdma rdma"; else order="rdma rsrdma"; fi
+			# The area runs, where the job has one, go beside the rsrdma runs.
+			if (((r + k++) % 2)); then order="rsrdma area rdma"; else order="rdma area rsrdma"; fi
 			for t in $order; do
+				if [ "$t" = area ]; then
+					[[ " $AREA_JOBS " == *" ${job%% *} "* ]] && [ -n "${devs[rsrdma]:-}" ] &&
+						[ -c "${AREA_DEV:-}" ] &&
+						run_job "$backing" area "$r" "${devs[rsrdma]}" "$job"
+					continue
+				fi
 				[ -n "${devs[$t]:-}" ] && run_job "$backing" "$t" "$r" "${devs[$t]}" "$job"
 			done
 		done
