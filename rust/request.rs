@@ -17,7 +17,7 @@ use crate::ctrl::Ctrl;
 use crate::pool::{DataSlice, MemReg};
 use crate::proto::capsule::{self, SQE_SIZE};
 use crate::proto::pool::Slice;
-use crate::proto::sgl::{InlineSgl, KeyedSgl};
+use crate::proto::sgl::{InlineSgl, KeyedSgl, SGL_DESC_SIZE};
 use crate::proto::spread::Owner;
 use crate::queue::{Conn, Queue};
 use crate::wrap::errno;
@@ -396,13 +396,7 @@ fn map_command<'q>(
             key
         );
         queue.stats().moved_area(len);
-        KeyedSgl {
-            addr,
-            len,
-            key,
-            invalidate: false,
-        }
-        .encode()
+        keyed(addr, len, key)
     } else if let Some(maps) = own_pages(ctrl, queue, conn, rq, len, is_write) {
         data = Data::Pages(maps);
         queue.stats().moved_pages(len);
@@ -446,17 +440,23 @@ fn map_command<'q>(
                 key,
                 if slice_of.large { "large area" } else { "slot" }
             );
-            KeyedSgl {
-                addr,
-                len,
-                key,
-                invalidate: false,
-            }
-            .encode()
+            keyed(addr, len, key)
         }
     };
     capsule::set_sgl(&mut sqe, &desc.ok_or(EINVAL)?);
     Ok((sqe, data))
+}
+
+/// A keyed data block descriptor of `len` bytes at `addr` with RKEY `key`, which the target
+/// does not invalidate (the key is the connection's).
+fn keyed(addr: u64, len: u32, key: u32) -> Option<[u8; SGL_DESC_SIZE]> {
+    KeyedSgl {
+        addr,
+        len,
+        key,
+        invalidate: false,
+    }
+    .encode()
 }
 
 /// The area's registration and the place of the request's `len` bytes in the area, if the
