@@ -52,14 +52,16 @@ stats() {
 			n, NR, v[int((NR + 1) / 2)], v[NR] }'
 }
 
-# reissued MARK RKEY: whether the kernel log since MARK shows the pool registration with RKEY
-# deregistered and then a new registration given the same value. A re-created rxe device
-# numbers its MRs from the start again and draws the key's low byte at random, so the new
-# pool's RKEY equals the old one once in 256 device removals.
+# reissued MARK RKEY: whether the kernel log since MARK shows the pool's (or the registered
+# area's) registration with RKEY deregistered and then a new registration given the same value.
+# A re-created rxe device numbers its MRs from the start again and draws the key's low byte at
+# random, so a new RKEY equals the old one once in 256 device removals.
 reissued() {
 	dmesg_after "$1" | awk -v k="$2" '
 		index($0, "pool: invalidating rkey " k " (MR deregistered)") { gone = 1 }
+		index($0, "area: invalidating rkey " k " (MR deregistered)") { gone = 1 }
 		gone && index($0, "pool: registered ") && $NF == k { found = 1 }
+		gone && index($0, "area: ") && index($0, " with rkey " k " (registration ") { found = 1 }
 		END { exit !found }'
 }
 
