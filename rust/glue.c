@@ -751,11 +751,11 @@ void rsrdma_map_dev_deregister(struct rsrdma_map_dev *dev)
 	misc_deregister(&dev->misc);
 }
 
-void rsrdma_vma_info(struct vm_area_struct *vma, unsigned long *start, u64 *offset, u64 *len,
+void rsrdma_vma_info(struct vm_area_struct *vma, unsigned long *start, u64 *pgoff, u64 *len,
 		     bool *shared, bool *exec)
 {
 	*start = vma->vm_start;
-	*offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	*pgoff = vma->vm_pgoff;
 	*len = vma->vm_end - vma->vm_start;
 	*shared = vma->vm_flags & VM_SHARED;
 	*exec = vma->vm_flags & VM_EXEC;

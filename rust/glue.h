@@ -194,8 +194,8 @@ struct rsrdma_map_dev {
 
 int rsrdma_map_dev_register(struct rsrdma_map_dev *dev, const char *name, const char *nodename);
 void rsrdma_map_dev_deregister(struct rsrdma_map_dev *dev);
-/* The VMA's start, offset in bytes (vm_pgoff), length, and whether it is shared and executable. */
-void rsrdma_vma_info(struct vm_area_struct *vma, unsigned long *start, u64 *offset, u64 *len,
+/* The VMA's start, offset in pages (vm_pgoff), length, and whether it is shared and executable. */
+void rsrdma_vma_info(struct vm_area_struct *vma, unsigned long *start, u64 *pgoff, u64 *len,
 		     bool *shared, bool *exec);
 /* Marks the VMA fixed in size, out of core dumps and never executable. */
 void rsrdma_vma_prepare(struct vm_area_struct *vma);

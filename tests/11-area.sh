@@ -24,7 +24,7 @@ RUN=/tmp/rsrdma-area
 cleanup() {
 	[ -n "${HOLD_PID:-}" ] && kill "$HOLD_PID" 2>/dev/null
 	hostile_stop
-	rm -rf "$RUN" /run/udev/rules.d/60-nvme-rsrdma.rules
+	rm -rf "$RUN" "${UDEV_RULE:-}"
 	teardown_all
 }
 trap cleanup EXIT
@@ -37,6 +37,9 @@ if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 mkdir -p "$RUN"
+# The project's udev rule (make install puts it in /lib/udev/rules.d), for this test's run.
+UDEV_RULE=/run/udev/rules.d/60-nvme-rsrdma.rules
+mkdir -p "${UDEV_RULE%/*}" && cp "$RSRDMA_REPO/scripts/udev/60-nvme-rsrdma.rules" "$UDEV_RULE"
 dmesg_mark
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" | ktap_diag
@@ -173,6 +176,9 @@ multipath() {
 	wait_for 30 in_state "$c6" live || return 1
 	for sub in /sys/class/nvme-subsystem/*; do [ -e "$sub/$ctrl" ] && break; done
 	echo "second path $c6; $(basename "$sub"): $(cat "$sub/iopolicy") -> round-robin"
+	# The udev rule's line for a multipath head matches it (its subsystem has rsrdma paths).
+	udevadm test --action=add "/sys/block/${dev##*/}" 2>&1 | grep -F "60-nvme-rsrdma.rules" |
+		grep -F "max_sectors_kb" || { echo "the udev rule did not match the head ${dev##*/}"; return 1; }
 	echo round-robin >"$sub/iopolicy" || return 1
 	python3 - "$area" "/dev/rsrdma/$c6" <<-'PY' || return 1
 		import mmap, os, sys
@@ -194,7 +200,7 @@ multipath() {
 	read -r z6 _ w6 <<<"$a6"
 	((z4 > x4 && z6 > x6 && w4 == y4 && w6 == y6))
 }
-ktap_check "multipath: the subsystem's controllers share the area, both paths send from it" \
+ktap_check "multipath: the controllers share the area, both paths send from it; udev rule on the head" \
 	multipath
 
 # --- the 4 MiB test target ------------------------------------------------------------------------
@@ -202,14 +208,12 @@ ktap_check "multipath: the subsystem's controllers share the area, both paths se
 # it in /lib/udev/rules.d; here it goes in /run/udev/rules.d) raises max_sectors_kb to the 4 MiB
 # the transport allows, so each 4 MiB block is one command: the target's log shows each with a
 # keyed SGL of 4 MiB and the area's RKEY.
-UDEV_RULE=/run/udev/rules.d/60-nvme-rsrdma.rules
 hconnect() {
 	timeout 90 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$HOSTILE_PORT" \
 		-n "$HOSTILE_NQN" --reconnect-delay=1 --ctrl-loss-tmo=60 2>&1
 }
 hdev() { wait_for 30 nvme_dev_for_nqn "$HOSTILE_NQN" >/dev/null && nvme_dev_for_nqn "$HOSTILE_NQN"; }
 hstats() { echo "/sys/kernel/debug/nvme_rsrdma/$(hostile_ctrl)/stats"; }
-mkdir -p "${UDEV_RULE%/*}" && cp "$RSRDMA_REPO/scripts/udev/60-nvme-rsrdma.rules" "$UDEV_RULE"
 # udev_apply DEV: the rules applied to DEV's add event. The virtme-ng guest has no running udevd
 # (it exits at once there): then udev's own rules engine applies them, through udevadm test.
 udev_apply() {
@@ -267,7 +271,6 @@ hostile_start --mode stale-rkey --arm signal -v
 ktap_check "the area's RKEY of the previous association fails at the target; data intact" \
 	stale_area_key
 hdisconnect
-rm -f "$UDEV_RULE"
 
 # An area above the limit is refused with a clear error, nothing left behind.
 area_limit() {

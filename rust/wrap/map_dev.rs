@@ -46,19 +46,23 @@ unsafe impl Sync for MapShared {}
 impl MapShared {
     /// Maps `len` bytes of the set from byte `offset` into `vma`.
     fn map(&self, vma: *mut bindings::vm_area_struct) -> Result {
-        let (mut start, mut offset, mut len, mut shared, mut exec) = (0, 0u64, 0u64, false, false);
+        let (mut start, mut pgoff, mut len, mut shared, mut exec) = (0, 0u64, 0u64, false, false);
         // SAFETY: the VMA `mmap` was called with, alive for the call; it only reads it.
         unsafe {
             bindings::rsrdma_vma_info(
                 vma,
                 &mut start,
-                &mut offset,
+                &mut pgoff,
                 &mut len,
                 &mut shared,
                 &mut exec,
             )
         };
         let size = self.mem.len();
+        // Past the end if it does not even fit in 64 bits.
+        let offset = pgoff
+            .checked_mul(kernel::page::PAGE_SIZE as u64)
+            .unwrap_or(u64::MAX);
         if !shared {
             log_warn!(Prefix::NONE, "area: mmap refused: only MAP_SHARED mappings");
             return Err(EINVAL);
