@@ -138,8 +138,10 @@ busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 # data_bytes STATS: "COPIED MOVED", the I/O queues' data bytes copied through the pool and moved
 # in all (from the area, from their own pages, through the pool), from a controller's debugfs.
 data_bytes() {
-	sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\3 \1 \2/p' "$1" |
-		awk '{ print $1, $1 + $2 + $3 }'
+	local area pages copied
+	read -r area pages copied < <(sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\1 \2 \3/p' "$1")
+	# In the shell's 64-bit arithmetic: awk would print large sums in floating point.
+	echo "$copied $((area + pages + copied))"
 }
 
 # run_job BACKING TRANSPORT ROUND DEV "name rw bs iodepth numjobs": one fio run, its JSON output
