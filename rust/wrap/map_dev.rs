@@ -60,9 +60,7 @@ impl MapShared {
         };
         let size = self.mem.len();
         // Past the end if it does not even fit in 64 bits.
-        let offset = pgoff
-            .checked_mul(kernel::page::PAGE_SIZE as u64)
-            .unwrap_or(u64::MAX);
+        let offset = pgoff.saturating_mul(kernel::page::PAGE_SIZE as u64);
         if !shared {
             log_warn!(Prefix::NONE, "area: mmap refused: only MAP_SHARED mappings");
             return Err(EINVAL);
