@@ -168,10 +168,6 @@ int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx
 }
 
 /*
- * The data of @rq as its multi-page bvecs (each physically contiguous), stored in @bv: their
- * number, or 0 when there are more than @max, none, or a special payload.
- */
-/*
  * Call @fn for each multi-page bvec of @rq's data with its first page frame, offset and
  * length. Stops at the first non-zero return and returns it; -EINVAL for a special payload or
  * no data.
@@ -192,6 +188,10 @@ int rsrdma_rq_visit_bvecs(struct request *rq, rsrdma_pfn_fn fn, void *ctx)
 	return ret;
 }
 
+/*
+ * The data of @rq as its multi-page bvecs (each physically contiguous), stored in @bv: their
+ * number, or 0 when there are more than @max, none, or a special payload.
+ */
 unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max)
 {
 	struct req_iterator iter;
