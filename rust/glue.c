@@ -705,11 +705,8 @@ static int rsrdma_map_open(struct inode *inode, struct file *file)
 {
 	/* misc_open() set private_data to the miscdevice, and holds misc_mtx over this call. */
 	struct rsrdma_map_dev *dev = container_of(file->private_data, struct rsrdma_map_dev, misc);
-	struct rsrdma_map_file *f = dev->get(dev);
 
-	if (!f)
-		return -ENODEV;
-	file->private_data = f;
+	file->private_data = dev->get(dev);
 	return 0;
 }
 

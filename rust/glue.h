@@ -177,8 +177,7 @@ void rsrdma_flush_workqueue(struct workqueue_struct *wq);
 /*
  * A character device (misc device) whose file maps memory of a Rust object into processes.
  * Opening it calls @get, which returns the object the file then holds (its first member, a
- * struct rsrdma_map_file) or NULL when the device is going away; mmap and release call the
- * file's functions. The fops' owner is this module, so it stays loaded while a file is open
+ * struct rsrdma_map_file); mmap and release call the file's functions. The fops' owner is this module, so it stays loaded while a file is open
  * or mapped.
  */
 struct vm_area_struct;

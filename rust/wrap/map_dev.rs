@@ -79,26 +79,22 @@ impl MapShared {
             );
             return Err(EINVAL);
         }
+        // Within the set, so within what `spans` takes.
+        let len = u32::try_from(len).map_err(|_| EINVAL)?;
         // SAFETY: as above; `mmap` holds the mm's lock for writing, as changing flags needs.
         unsafe { bindings::rsrdma_vma_prepare(vma) };
-        let mut uaddr_off = 0u64;
-        while uaddr_off < len {
-            // Pieces of at most 1 GiB (`spans` takes a 32-bit length).
-            let piece = (len - uaddr_off).min(1 << 30) as u32;
-            for (chunk, off, n) in self.mem.spans(offset + uaddr_off, piece)? {
-                let va = self.mem.ptr(chunk, off).ok_or(EINVAL)?;
-                // The VMA is being set up by `mmap` (its lock held); the set outlives the
-                // mapping, which holds the file, which holds the set.
-                // SAFETY: `n` bytes from `va` are whole pages of one chunk of the set (page
-                // multiples: `vm_pgoff` counts pages, VMAs are page-aligned); see above.
-                let ret = unsafe {
-                    bindings::rsrdma_vma_insert(vma, start + uaddr_off as usize, va.cast(), n as _)
-                };
-                if ret != 0 {
-                    return Err(Error::from_errno(ret));
-                }
-                uaddr_off += n as u64;
+        let mut uaddr = start;
+        for (chunk, off, n) in self.mem.spans(offset, len)? {
+            let va = self.mem.ptr(chunk, off).ok_or(EINVAL)?;
+            // The VMA is being set up by `mmap` (its lock held); the set outlives the mapping,
+            // which holds the file, which holds the set.
+            // SAFETY: `n` bytes from `va` are whole pages of one chunk of the set (page
+            // multiples: `vm_pgoff` counts pages, VMAs are page-aligned); see above.
+            let ret = unsafe { bindings::rsrdma_vma_insert(vma, uaddr, va.cast(), n as _) };
+            if ret != 0 {
+                return Err(Error::from_errno(ret));
             }
+            uaddr += n;
         }
         self.maps.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -139,7 +135,7 @@ unsafe extern "C" fn mmap(
 /// # Safety
 ///
 /// `dev` is the `dev` field of a registered [`MapDevice`]: `misc_open` holds `misc_mtx`, which
-/// its deregistration (before it is dropped) takes too.
+/// its deregistration (before it is dropped) takes too, so no open runs once that returned.
 unsafe extern "C" fn get(dev: *mut bindings::rsrdma_map_dev) -> *mut bindings::rsrdma_map_file {
     // SAFETY: per the contract (`Opaque` is transparent over the C struct).
     let this = unsafe {
@@ -149,9 +145,6 @@ unsafe extern "C" fn get(dev: *mut bindings::rsrdma_map_dev) -> *mut bindings::r
             dev
         )
     };
-    if this.closing.load(Ordering::Acquire) {
-        return core::ptr::null_mut();
-    }
     Arc::into_raw(this.shared.clone()) as *mut bindings::rsrdma_map_file
 }
 
@@ -169,8 +162,6 @@ pub(crate) struct MapDevice {
     shared: Arc<MapShared>,
     name: CString,
     nodename: CString,
-    /// Set before deregistration: opens racing with it fail.
-    closing: AtomicBool,
     registered: AtomicBool,
 }
 
@@ -209,7 +200,6 @@ impl MapDevice {
                 shared,
                 name: name_c,
                 nodename,
-                closing: AtomicBool::new(false),
                 registered: AtomicBool::new(false),
             }),
             GFP_KERNEL,
@@ -246,7 +236,6 @@ impl MapDevice {
 #[pinned_drop]
 impl PinnedDrop for MapDevice {
     fn drop(self: Pin<&mut Self>) {
-        self.closing.store(true, Ordering::Release);
         if self.registered.load(Ordering::Acquire) {
             // SAFETY: registered (type invariant); once this returns no open of it runs or
             // starts.
