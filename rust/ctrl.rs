@@ -32,7 +32,9 @@ use crate::wrap::nvme::{
 };
 use crate::wrap::params;
 use crate::wrap::rdma::{Device, DeviceId, Pd};
-use crate::wrap::sync::{new_irq_lock, new_rcu_slot, Completion, IrqLock, Rcu, RcuSlot, Retired};
+use crate::wrap::sync::{
+    new_irq_lock, new_rcu_slot, Completion, IrqLock, Rcu, RcuReadGuard, RcuSlot, Retired,
+};
 use crate::wrap::work::Wq;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -120,8 +122,6 @@ pub(crate) struct RdmaCtrl {
     /// The character device the area is mapped through, from set-up to deletion.
     #[pin]
     area_dev: Mutex<Option<Pin<KBox<MapDevice>>>>,
-    /// RKEY of the area's current registration, 0 when not registered.
-    area_rkey: AtomicU32,
     addr: SockAddr,
     src_addr: Option<SockAddr>,
     io_queues: [AtomicU32; HCTX_MAX_TYPES],
@@ -256,7 +256,6 @@ impl RdmaCtrl {
             area_registrations: AtomicU64::new(0),
             area_reg <- new_rcu_slot!("rsrdma_ctrl::area_reg"),
             area_dev <- kernel::new_mutex!(None),
-            area_rkey: AtomicU32::new(0),
             addr,
             src_addr,
             io_queues: Default::default(),
@@ -339,7 +338,8 @@ impl RdmaCtrl {
 
     /// RKEY of the area's current registration, 0 when not registered.
     pub(crate) fn area_rkey(&self) -> u32 {
-        self.area_rkey.load(Ordering::Relaxed)
+        let rcu = RcuReadGuard::new();
+        self.area_reg(&rcu).map_or(0, |r| r.region().rkey())
     }
 
     /// Calls `f` with the area's device, once it exists (until deletion).
@@ -748,7 +748,6 @@ impl Ctrl {
         self.queue(0).register_region(self, reg, "area")?;
         let count = self.area_registrations.fetch_add(1, Ordering::Relaxed) + 1;
         let region = reg.region();
-        self.area_rkey.store(region.rkey(), Ordering::Relaxed);
         log_info!(
             self.core(),
             "area: {} MiB registered at iova {:#x} with rkey {:#x} (registration {})",
@@ -785,7 +784,6 @@ impl Ctrl {
                     reg.region().rkey()
                 );
             }
-            self.area_rkey.store(0, Ordering::Relaxed);
             w.take()
         };
         let conn = self.conn.write().take();
