@@ -135,11 +135,12 @@ own_start() {
 
 busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
-# data_bytes STATS: "COPIED MOVED", the I/O queues' data bytes copied through the pool and moved
-# in all (from the area, from their own pages, through the pool), from a controller's debugfs.
-data_bytes() {
+# copied_moved STATS: "COPIED MOVED", the I/O queues' data bytes copied through the pool and
+# moved in all (from the area, from their own pages, through the pool), from a controller's
+# debugfs (data_bytes).
+copied_moved() {
 	local area pages copied
-	read -r area pages copied < <(sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\1 \2 \3/p' "$1")
+	read -r area pages copied < <(data_bytes "$1")
 	# In the shell's 64-bit arithmetic: awk would print large sums in floating point.
 	echo "$copied $((area + pages + copied))"
 }
@@ -162,14 +163,14 @@ run_job() {
 	[ "$transport" = area ] && mem=(--iomem="mmapshared:$AREA_DEV")
 	out=fio/$backing-$transport-$round-$name-$((++RUN_SEQ)).json
 	c0=- m0=- c1=- m1=-
-	[ "$transport" = rdma ] || read -r c0 m0 < <(data_bytes "$AREA_STATS")
+	[ "$transport" = rdma ] || read -r c0 m0 < <(copied_moved "$AREA_STATS")
 	j0=$(busy_jiffies)
 	(cd /tmp && fio --output-format=json --name="$name" --filename="$dev" --direct=1 \
 		--ioengine=io_uring --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" "${pin[@]}" \
 		"${mem[@]}" --group_reporting --time_based --runtime="$SECS" --ramp_time=1 --size=512m \
 		--norandommap --randrepeat=0 >"$RSRDMA_OUT/$out" 2>/dev/null)
 	j1=$(busy_jiffies)
-	[ "$transport" = rdma ] || read -r c1 m1 < <(data_bytes "$AREA_STATS")
+	[ "$transport" = rdma ] || read -r c1 m1 < <(copied_moved "$AREA_STATS")
 	local copied=- moved=-
 	[ "$c0" = - ] || [ "$c1" = - ] || copied=$((c1 - c0)) moved=$((m1 - m0))
 	echo "$backing $transport $round $name $rw $bs $qd $nj $((j1 - j0)) $CLK_TCK $out $copied $moved" >>"$RUNS"

@@ -54,10 +54,8 @@ ktap_diag "device $dev, controller $ctrl, area $area"
 # since_mark_has TEXT: the kernel log since the test's mark holds TEXT.
 since_mark_has() { dmesg_since_mark | grep -qF -- "$1"; }
 
-# counters: "AREA PAGES COPIED", the controller's data bytes (debugfs).
-counters() { # ($stats: the controller's file)
-	sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\1 \2 \3/p' "$stats"
-}
+# counters: "AREA PAGES COPIED" of the controller whose stats file is $stats.
+counters() { data_bytes "$stats"; }
 area_rkey() { sed -nE 's/^area: .*rkey (0x[0-9a-f]+).*/\1/p' "$stats"; }
 registrations() { sed -nE 's/^area: .*registrations ([0-9]+).*/\1/p' "$stats"; }
 

@@ -14,7 +14,8 @@
 #   target.sh      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems),
 #                  target_ipv6_setup, target_ipv6_teardown (ports 2 and 3 on IPv6 addresses)
 #   host.sh        host_load, host_unload, rsrdma_load [PARAMS...], rsrdma_unload,
-#                  host_disconnect_all, teardown_all, rdma_counts, our_rkeys, ctrl_for NQN,
+#                  host_disconnect_all, teardown_all, rdma_counts, our_rkeys, data_bytes STATS,
+#                  ctrl_for NQN,
 #                  nvme_dev_for_nqn NQN, fabrics_probe OPTIONS (write a connect string, report
 #                  errno and "no handler")
 #   kernel-log.sh  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check

@@ -90,6 +90,13 @@ our_rkeys() {
 		cut -d' ' -f2 | sort
 }
 
+# data_bytes STATS: "AREA PAGES COPIED", the I/O queues' data bytes of a controller (its debugfs
+# stats file): moved from the registered area, sent in capsules from their own pages, copied
+# through the pool.
+data_bytes() {
+	sed -nE 's/^data bytes[^:]*: ([0-9]+) from the area.*, ([0-9]+) in capsules.*, ([0-9]+) copied.*/\1 \2 \3/p' "$1"
+}
+
 # teardown_all: the usual end of a test: disconnect, unload the host transport, remove the
 # target and soft-RoCE, quietly (a test's EXIT trap).
 teardown_all() {
