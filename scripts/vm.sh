@@ -101,10 +101,22 @@ else
 	fi
 fi
 
+# The stand-in for accelerator memory: an emulated NVMe controller with a Controller Memory
+# Buffer, which the guest's NVMe PCI driver publishes as PCI peer-to-peer memory once loaded
+# (nothing loads it unless a test does). VM_CMB_MIB=0 leaves it out.
+cmb_mib=${VM_CMB_MIB:-64}
+dev_opts=()
+if ((cmb_mib > 0)); then
+	truncate -s 16M "$out/cmb-nvme.img"
+	# shellcheck disable=SC2054 # QEMU's option values hold commas
+	dev_opts=(--qemu-opt=-drive --qemu-opt="if=none,id=cmbnvm,format=raw,file=$out/cmb-nvme.img"
+		--qemu-opt=-device --qemu-opt="nvme,serial=rsrdma-cmb,drive=cmbnvm,cmb_size_mb=$cmb_mib")
+fi
+
 log "booting $(cat "$kdir/include/config/kernel.release") ($accel${icount:+ icount shift $icount}, $cpus vCPUs, $memory) for: $*"
 start=$(date +%s)
 timeout -k 10 "$timeout_s" vng --run "$kdir" --user root --cpus "$cpus" --memory "$memory" \
-	--network user --rwdir="$out" "${accel_opts[@]}" \
+	--network user --rwdir="$out" "${accel_opts[@]}" "${dev_opts[@]}" \
 	--verbose --append "$append" \
 	-- "$out/guest.sh" </dev/null >"$out/console.log" 2>&1 &
 vm=$!
