@@ -12,6 +12,7 @@
 use crate::area::Area;
 use crate::clock::now_ms;
 use crate::devices;
+use crate::peer::PeerRegs;
 use crate::pool::{MemReg, Pool, PoolConfig, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
 use crate::proto::buddy::BUDDY_MAX_AREA;
@@ -31,6 +32,7 @@ use crate::wrap::nvme::{
     HCTX_TYPE_DEFAULT, HCTX_TYPE_READ,
 };
 use crate::wrap::params;
+use crate::wrap::peer_mem::Provider;
 use crate::wrap::rdma::{Device, DeviceId, Pd};
 use crate::wrap::sync::{
     new_irq_lock, new_rcu_slot, Completion, IrqLock, Rcu, RcuReadGuard, RcuSlot, Retired,
@@ -122,6 +124,12 @@ pub(crate) struct RdmaCtrl {
     /// The character device the area is mapped through, from set-up to deletion.
     #[pin]
     area_dev: Mutex<Option<Pin<KBox<MapDevice>>>>,
+    /// The registrations of peer memory (see `peer`) on the current connection; dropped
+    /// before `conn`.
+    #[pin]
+    peer_regs: RcuSlot<PeerRegs>,
+    /// Registrations of peer memory with this controller's connections so far.
+    peer_registrations: AtomicU64,
     addr: SockAddr,
     src_addr: Option<SockAddr>,
     io_queues: [AtomicU32; HCTX_MAX_TYPES],
@@ -256,6 +264,8 @@ impl RdmaCtrl {
             area_registrations: AtomicU64::new(0),
             area_reg <- new_rcu_slot!("rsrdma_ctrl::area_reg"),
             area_dev <- kernel::new_mutex!(None),
+            peer_regs <- new_rcu_slot!("rsrdma_ctrl::peer_regs"),
+            peer_registrations: AtomicU64::new(0),
             addr,
             src_addr,
             io_queues: Default::default(),
@@ -334,6 +344,16 @@ impl RdmaCtrl {
     /// The area's registration on the current connection.
     pub(crate) fn area_reg<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a MemReg> {
         self.area_reg.get(rcu)
+    }
+
+    /// The registrations of peer memory on the current connection.
+    pub(crate) fn peer_regs<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a PeerRegs> {
+        self.peer_regs.get(rcu)
+    }
+
+    /// Registrations of peer memory with this controller's connections so far.
+    pub(crate) fn peer_registrations(&self) -> u64 {
+        self.peer_registrations.load(Ordering::Relaxed)
     }
 
     /// RKEY of the area's current registration, 0 when not registered.
@@ -452,6 +472,24 @@ impl RdmaCtrl {
 }
 
 impl Ctrl {
+    /// `p`'s driver is about to release its peer memory: if this controller has it registered,
+    /// the connection is reset, which lets it go (the next one leaves it out).
+    pub(crate) fn peer_provider_leaving(&self, p: Provider) {
+        let rcu = RcuReadGuard::new();
+        let found = self
+            .peer_regs(&rcu)
+            .and_then(|regs| regs.iter().find(|r| r.mem().provider() == p))
+            .map(|r| (r.mem().phys(), r.mem().len()));
+        drop(rcu);
+        if let Some((phys, len)) = found {
+            self.error_recovery(format_args!(
+                "device memory at {:#x} ({} MiB): provider going away",
+                phys,
+                len >> 20
+            ));
+        }
+    }
+
     /// Creates the character device of the area, if the controller has one.
     fn publish_area(&self) {
         let Some(area) = &self.area else { return };
@@ -709,7 +747,7 @@ impl Ctrl {
         let mut w = self.reg.write();
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
-        self.queue(0).register_region(self, reg, "pool")?;
+        self.queue(0).register_region(self, reg.region(), "pool")?;
         let region = reg.region();
         let (rkey, iova, len) = (region.rkey(), region.iova(), region.length());
         let mut rec = self.recovery.lock();
@@ -733,7 +771,55 @@ impl Ctrl {
             len,
             rkey
         );
-        self.register_area(&pd)
+        self.register_area(&pd)?;
+        self.register_peer_mem(&pd)
+    }
+
+    /// Maps and registers the peer memory the connection's device reaches on the admin
+    /// queue's connection. A provider that cannot be taken is left out, said in the log: I/O
+    /// from its memory fails.
+    fn register_peer_mem(&self, pd: &Arc<Pd>) -> Result {
+        let (regs, skipped) = PeerRegs::map(pd)?;
+        for s in skipped.iter() {
+            log_warn!(
+                self.core(),
+                "device memory of {} ({} MiB): not registered with {} ({:?}); I/O from it fails with EREMOTEIO",
+                s.mem.name(),
+                s.mem.len() >> 20,
+                pd.device().name(),
+                s.err
+            );
+        }
+        if regs.is_empty() {
+            return Ok(());
+        }
+        let mut w = self.peer_regs.write();
+        w.install(KBox::new(regs, GFP_KERNEL)?).map_err(|_| EBUSY)?;
+        let regs = w.get().ok_or(errno::ENOTCONN())?;
+        if regs.any_leaving() {
+            // Its driver began releasing it while this connection was set up.
+            log_info!(
+                self.core(),
+                "device memory: a provider is going away; setting up again without it"
+            );
+            return Err(EAGAIN);
+        }
+        for r in regs.iter() {
+            self.queue(0)
+                .register_region(self, r.region(), "device memory")?;
+            let count = self.peer_registrations.fetch_add(1, Ordering::Relaxed) + 1;
+            log_info!(
+                self.core(),
+                "device memory of {}: {} MiB registered at iova {:#x} with rkey {:#x} (reached by {}, registration {})",
+                r.mem().name(),
+                r.mem().len() >> 20,
+                r.region().iova(),
+                r.region().rkey(),
+                r.reach().as_str(),
+                count
+            );
+        }
+        Ok(())
     }
 
     /// Maps and registers the area, if any, on the admin queue's connection.
@@ -745,7 +831,7 @@ impl Ctrl {
         let mut w = self.area_reg.write();
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
-        self.queue(0).register_region(self, reg, "area")?;
+        self.queue(0).register_region(self, reg.region(), "area")?;
         let count = self.area_registrations.fetch_add(1, Ordering::Relaxed) + 1;
         let region = reg.region();
         log_info!(
@@ -786,16 +872,32 @@ impl Ctrl {
             }
             w.take()
         };
+        let peer_regs = {
+            let mut w = self.peer_regs.write();
+            if let Some(regs) = w.get() {
+                for r in regs.iter() {
+                    log_info!(
+                        self.core(),
+                        "device memory of {}: invalidating rkey {:#x} (MR deregistered)",
+                        r.mem().name(),
+                        r.region().rkey()
+                    );
+                }
+            }
+            w.take()
+        };
         let conn = self.conn.write().take();
         // The last taken out first: its grace period covers everything taken out before.
         let conn = conn.map(Retired::wait);
         let reg = reg.map(Retired::wait);
         let area_reg = area_reg.map(Retired::wait);
+        let peer_regs = peer_regs.map(Retired::wait);
         for q in self.queues.iter() {
             q.release(self, false);
         }
         drop(reg);
         drop(area_reg);
+        drop(peer_regs);
         let Some(conn) = conn else {
             return;
         };
@@ -1285,6 +1387,16 @@ impl ControllerOps for RdmaCtrl {
         // completion or CM event queue the abort work again (they need an established
         // connection).
         ctrl.cancel_work_sync(CtrlWork::Abort);
+    }
+
+    fn supports_pci_p2pdma(ctrl: &Ctrl) -> bool {
+        // The namespaces are added once connected; their pages are then sent from the
+        // registrations of `peer`, on this device and the ones of later connections (those
+        // that cannot take peer memory fail such I/O with EREMOTEIO).
+        let rcu = RcuReadGuard::new();
+        ctrl.conn
+            .get(&rcu)
+            .is_some_and(|c| c.pd.device().takes_peer_mem())
     }
 
     fn stop_ctrl(ctrl: &Ctrl) {

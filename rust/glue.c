@@ -14,7 +14,10 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/namei.h>
+#include <linux/memremap.h>
 #include <linux/netdevice.h>
+#include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
 #include <linux/scatterlist.h>
 #include <linux/seq_file.h>
 #include <net/net_namespace.h>
@@ -58,6 +61,13 @@ MODULE_PARM_DESC(area_mib,
 void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const char *msg)
 {
 	switch (level) {
+	case RSRDMA_LOG_ERR_RATELIMITED:
+		/* One call site: one limit for all such lines (of I/O a process keeps sending). */
+		if (ctrl)
+			dev_err_ratelimited(ctrl->device, "%s\n", msg);
+		else
+			pr_err_ratelimited("%s\n", msg);
+		break;
 	case RSRDMA_LOG_ERR:
 		if (ctrl)
 			dev_err(ctrl->device, "%s\n", msg);
@@ -206,6 +216,174 @@ unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned in
 		bv[n++] = v;
 	}
 	return n;
+}
+
+/*
+ * Whether the data of @rq lies in PCI peer-to-peer memory: 1 if all of it does, in the memory
+ * of one provider (one page map), 0 if none of it does, -EREMOTEIO if it is mixed.
+ */
+int rsrdma_rq_p2p(struct request *rq)
+{
+	struct dev_pagemap *pgmap = NULL;
+	struct req_iterator iter;
+	struct bio_vec v;
+	int p2p = -1;
+
+	if ((rq->rq_flags & RQF_SPECIAL_PAYLOAD) || !rq->bio)
+		return 0;
+	rq_for_each_bvec(v, rq, iter) {
+		int this = is_pci_p2pdma_page(v.bv_page);
+
+		if (p2p < 0) {
+			p2p = this;
+			pgmap = this ? v.bv_page->pgmap : NULL;
+		} else if (this != p2p || (this && v.bv_page->pgmap != pgmap)) {
+			return -EREMOTEIO;
+		}
+	}
+	return p2p > 0;
+}
+
+/* The PCI device after @from (NULL: the first), referenced; @from's reference is dropped. */
+struct pci_dev *rsrdma_pci_next(struct pci_dev *from)
+{
+	return pci_get_device(PCI_ANY_ID, PCI_ANY_ID, from);
+}
+
+struct pci_dev *rsrdma_pci_dev_get(struct pci_dev *pdev)
+{
+	return pci_dev_get(pdev);
+}
+
+void rsrdma_pci_dev_put(struct pci_dev *pdev)
+{
+	pci_dev_put(pdev);
+}
+
+const char *rsrdma_pci_name(struct pci_dev *pdev)
+{
+	return pci_name(pdev);
+}
+
+/*
+ * The peer-to-peer memory @pdev publishes (pci_p2pmem_publish()): its page map, referenced
+ * (rsrdma_p2p_put() drops it), with its first page frame in @pfn and its size in pages in @nr.
+ * NULL if @pdev publishes none, or its memory is going away. Only a BAR's first such range
+ * is found; the NVMe driver, the one provider in the tree, publishes one.
+ */
+struct dev_pagemap *rsrdma_p2p_get(struct pci_dev *pdev, unsigned long *pfn, unsigned long *nr)
+{
+	int bar;
+
+	if (!pci_has_p2pmem(pdev))
+		return NULL;
+	for (bar = 0; bar < PCI_STD_NUM_BARS; bar++) {
+		resource_size_t start = pci_resource_start(pdev, bar);
+		resource_size_t len = pci_resource_len(pdev, bar);
+		unsigned long p;
+
+		if (!len || !(pci_resource_flags(pdev, bar) & IORESOURCE_MEM))
+			continue;
+		for (p = PHYS_PFN(start); p < PHYS_PFN(start + len); p += PAGES_PER_SUBSECTION) {
+			struct dev_pagemap *pgmap = get_dev_pagemap(p, NULL);
+
+			if (!pgmap)
+				continue;
+			if (pgmap->type == MEMORY_DEVICE_PCI_P2PDMA && pgmap->nr_range == 1) {
+				*pfn = PHYS_PFN(pgmap->range.start);
+				*nr = PHYS_PFN(range_len(&pgmap->range));
+				return pgmap;
+			}
+			put_dev_pagemap(pgmap);
+		}
+	}
+	return NULL;
+}
+
+void rsrdma_p2p_put(struct dev_pagemap *pgmap)
+{
+	put_dev_pagemap(pgmap);
+}
+
+/* Whether @dev may be given peer memory at all (see rsrdma_p2p_reach() for one provider's). */
+bool rsrdma_ib_p2p_capable(struct ib_device *dev)
+{
+	return IS_ENABLED(CONFIG_PCI_P2PDMA) &&
+	       (ib_uses_virt_dma(dev) || ib_dma_pci_p2p_dma_supported(dev));
+}
+
+/*
+ * Whether @dev can reach @provider's memory: 1 by DMA (the P2P distance check passes), 2 by
+ * the CPU (a device without DMA, such as soft-RoCE, whose "DMA addresses" are kernel virtual
+ * addresses: peer memory is in the kernel's linear map), or a negative errno.
+ */
+int rsrdma_p2p_reach(struct ib_device *dev, struct pci_dev *provider)
+{
+	if (ib_uses_virt_dma(dev))
+		return 2;
+	if (!ib_dma_pci_p2p_dma_supported(dev))
+		return -EREMOTEIO;
+	return pci_p2pdma_distance(provider, dev->dma_device, true) < 0 ? -EREMOTEIO : 1;
+}
+
+/*
+ * Maps @nr_pages pages of peer memory from page frame @pfn for @dev, in pieces of
+ * 1 << @piece_shift bytes, into @sgt (allocated here, freed by rsrdma_p2p_unmap()). The DMA
+ * API maps peer pages the P2P way (bus addresses behind a switch, or through the host bridge)
+ * or fails with -EREMOTEIO.
+ */
+int rsrdma_p2p_map(struct ib_device *dev, struct sg_table *sgt, unsigned long pfn,
+		   unsigned long nr_pages, unsigned int piece_shift)
+{
+	unsigned long per = 1UL << (piece_shift - PAGE_SHIFT);
+	struct scatterlist *sg;
+	unsigned int i, n;
+	int ret;
+
+	if (piece_shift < PAGE_SHIFT || piece_shift > 31 || !nr_pages || nr_pages % per)
+		return -EINVAL;
+	n = nr_pages / per;
+	ret = sg_alloc_table(sgt, n, GFP_KERNEL);
+	if (ret)
+		return ret;
+	for_each_sgtable_sg(sgt, sg, i)
+		sg_set_page(sg, pfn_to_page(pfn + i * per), 1U << piece_shift, 0);
+	ret = ib_dma_map_sgtable_attrs(dev, sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret)
+		sg_free_table(sgt);
+	return ret;
+}
+
+void rsrdma_p2p_unmap(struct ib_device *dev, struct sg_table *sgt)
+{
+	ib_dma_unmap_sgtable_attrs(dev, sgt, DMA_BIDIRECTIONAL, 0);
+	sg_free_table(sgt);
+}
+
+/* Registers (@on) or unregisters @nb for the PCI bus's device events. */
+int rsrdma_pci_bus_notifier(struct notifier_block *nb, bool on)
+{
+	return on ? bus_register_notifier(&pci_bus_type, nb) :
+		    bus_unregister_notifier(&pci_bus_type, nb);
+}
+
+/*
+ * What a PCI bus event @action on device @data means for peer memory: 1 when its driver is
+ * about to be unbound (and so to release the memory it published), 2 when that is done or
+ * the device is gone, 0 otherwise. The device is stored in @pdev.
+ */
+int rsrdma_pci_bus_event(unsigned long action, void *data, struct pci_dev **pdev)
+{
+	*pdev = to_pci_dev((struct device *)data);
+	switch (action) {
+	case BUS_NOTIFY_UNBIND_DRIVER:
+		return 1;
+	case BUS_NOTIFY_UNBOUND_DRIVER:
+	case BUS_NOTIFY_DEL_DEVICE:
+		return 2;
+	default:
+		return 0;
+	}
 }
 
 u16 rsrdma_nvme_cid(struct request *rq)

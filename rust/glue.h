@@ -35,6 +35,7 @@ enum rsrdma_log_level {
 	RSRDMA_LOG_ERR,
 	RSRDMA_LOG_WARN,
 	RSRDMA_LOG_INFO,
+	RSRDMA_LOG_ERR_RATELIMITED,
 };
 
 void rsrdma_log(const struct nvme_ctrl *ctrl, enum rsrdma_log_level level, const char *msg);
@@ -60,6 +61,26 @@ int rsrdma_rq_visit_segments(struct request *rq, rsrdma_segment_fn fn, void *ctx
 unsigned int rsrdma_rq_bvecs(struct request *rq, struct bio_vec *bv, unsigned int max);
 typedef int (*rsrdma_pfn_fn)(void *ctx, unsigned long pfn, unsigned int offset, unsigned int len);
 int rsrdma_rq_visit_bvecs(struct request *rq, rsrdma_pfn_fn fn, void *ctx);
+int rsrdma_rq_p2p(struct request *rq);
+
+/* PCI peer-to-peer memory (P2PDMA), see rust/wrap/devmem.rs. */
+struct dev_pagemap;
+struct pci_dev;
+struct sg_table;
+struct pci_dev *rsrdma_pci_next(struct pci_dev *from);
+struct pci_dev *rsrdma_pci_dev_get(struct pci_dev *pdev);
+void rsrdma_pci_dev_put(struct pci_dev *pdev);
+bool rsrdma_ib_p2p_capable(struct ib_device *dev);
+const char *rsrdma_pci_name(struct pci_dev *pdev);
+struct dev_pagemap *rsrdma_p2p_get(struct pci_dev *pdev, unsigned long *pfn, unsigned long *nr);
+void rsrdma_p2p_put(struct dev_pagemap *pgmap);
+int rsrdma_p2p_reach(struct ib_device *dev, struct pci_dev *provider);
+int rsrdma_p2p_map(struct ib_device *dev, struct sg_table *sgt, unsigned long pfn,
+		   unsigned long nr_pages, unsigned int piece_shift);
+void rsrdma_p2p_unmap(struct ib_device *dev, struct sg_table *sgt);
+struct notifier_block;
+int rsrdma_pci_bus_notifier(struct notifier_block *nb, bool on);
+int rsrdma_pci_bus_event(unsigned long action, void *data, struct pci_dev **pdev);
 u16 rsrdma_nvme_cid(struct request *rq);
 struct request *rsrdma_tag_to_rq(struct blk_mq_tags *tags, unsigned int tag);
 struct request *rsrdma_nvme_find_rq(struct blk_mq_tags *tags, u16 command_id);

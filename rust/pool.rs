@@ -280,11 +280,15 @@ impl MemReg {
 
     /// Hands a slice to the device, before a command names it.
     pub(crate) fn sync_for_device(&self, slice: Slice) {
-        self.0.maps().sync_for_device(slice.offset, slice.len);
+        if let Some(maps) = self.0.chunk_maps() {
+            maps.sync_for_device(slice.offset, slice.len);
+        }
     }
 
     /// Hands a slice to the CPU (before it reads what the device wrote).
     pub(crate) fn sync_for_cpu(&self, slice: Slice) {
-        self.0.maps().sync_for_cpu(slice.offset, slice.len);
+        if let Some(maps) = self.0.chunk_maps() {
+            maps.sync_for_cpu(slice.offset, slice.len);
+        }
     }
 }

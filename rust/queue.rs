@@ -21,14 +21,15 @@ use crate::wrap::errno;
 use crate::wrap::log::{dbg_event, log_err, log_info};
 use crate::wrap::nvme::{CtrlRef, State, AQ_BLK_MQ_DEPTH};
 use crate::wrap::rdma::{
-    Access, CmEvent, CmEventKind, CmHandler, CmId, CmQp, ConnParam, Cq, Device, Qp, QpCaps,
-    QpEvent, QpHandler, SendData, Wc,
+    Access, CmEvent, CmEventKind, CmHandler, CmId, CmQp, ConnParam, Cq, Device, MemoryRegion, Qp,
+    QpCaps, QpEvent, QpHandler, SendData, Wc,
 };
 use crate::wrap::sync::{new_rcu_slot, Completion, Rcu, RcuReadGuard, RcuSlot, Retired, TakeCell};
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::c_str;
 use kernel::prelude::*;
 use kernel::str::CStr;
+use kernel::sync::Arc;
 
 /// Admin queue depth (NVME_AQ_DEPTH): the Fabrics minimum, as the C transport uses.
 pub(crate) const ADMIN_DEPTH: u32 = 32;
@@ -556,12 +557,12 @@ impl Queue {
         self.cm_done.complete();
     }
 
-    /// Registers a region (`what`: the pool, the area) on this (admin) queue's QP and waits for
+    /// Registers a region (`what`: the pool, the area, device memory) on this (admin) queue's QP and waits for
     /// it to take effect.
     pub(crate) fn register_region(
         &self,
         ctrl: &Ctrl,
-        reg: &crate::pool::MemReg,
+        region: &Arc<MemoryRegion>,
         what: &str,
     ) -> Result {
         self.reg_done.reinit();
@@ -569,8 +570,7 @@ impl Queue {
             let rcu = RcuReadGuard::new();
             let conn = self.conn(&rcu).ok_or(errno::ENOTCONN())?;
             let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
-            conn.qp()
-                .post_reg_mr(reg.region().clone(), access, SEND_ID_REG)?;
+            conn.qp().post_reg_mr(region.clone(), access, SEND_ID_REG)?;
         }
         if !self.reg_done.wait_ms(REG_TIMEOUT_MS) {
             log_err!(

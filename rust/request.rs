@@ -21,7 +21,7 @@ use crate::proto::sgl::{InlineSgl, KeyedSgl, SGL_DESC_SIZE};
 use crate::proto::spread::Owner;
 use crate::queue::{Conn, Queue};
 use crate::wrap::errno;
-use crate::wrap::log::{dbg_event, log_err, log_warn};
+use crate::wrap::log::{dbg_event, log_err, log_err_ratelimited, log_warn};
 use crate::wrap::nvme::{
     Dispatched, OwnedRq, Rq, Share, State, Submitting, TimedOutRq, TimeoutAction,
 };
@@ -380,6 +380,35 @@ fn map_command<'q>(
     let mut data = Data::None;
     let desc = if len == 0 {
         KeyedSgl::default().encode()
+    } else if in_peer_mem(ctrl, qid, rq)? {
+        // Peer memory goes out from its registration or not at all: the CPU must not copy it.
+        let (r, offset) = ctrl
+            .peer_regs(rcu)
+            .and_then(|regs| regs.find(rq))
+            .ok_or_else(|| {
+                log_err_ratelimited!(
+                    ctrl.core(),
+                    "queue {} tag {}: {} bytes of device memory no registration of this connection covers in one run: EREMOTEIO",
+                    qid,
+                    tag,
+                    len
+                );
+                errno::EREMOTEIO()
+            })?;
+        let (addr, key) = (r.region().iova() + offset, r.region().rkey());
+        dbg_event!(
+            Io,
+            ctrl.core(),
+            "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} (device memory of {}, no copy)",
+            qid,
+            tag,
+            addr,
+            len,
+            key,
+            r.mem().name()
+        );
+        queue.stats().moved_peer(len);
+        keyed(addr, len, key)
     } else if let Some((reg, slice)) = in_area(ctrl, qid, rq, len, rcu) {
         req.set_data(Some(Held::Area(slice)));
         // As for the pool: the device owns the pages until the response.
@@ -457,6 +486,23 @@ fn keyed(addr: u64, len: u32, key: u32) -> Option<[u8; SGL_DESC_SIZE]> {
         invalidate: false,
     }
     .encode()
+}
+
+/// Whether the request's data is peer memory (all of it: a request that mixes it with other
+/// memory fails with `EREMOTEIO`, as does one on the admin queue).
+fn in_peer_mem(ctrl: &Ctrl, qid: u16, rq: &OwnedReq<'_>) -> Result<bool> {
+    match rq.in_peer_mem() {
+        Ok(true) if qid == 0 => Err(errno::EREMOTEIO()),
+        Err(e) => {
+            log_err_ratelimited!(
+                ctrl.core(),
+                "queue {}: a request mixes device memory with other memory: EREMOTEIO",
+                qid
+            );
+            Err(e)
+        }
+        r => r,
+    }
 }
 
 /// The area's registration and the place of the request's `len` bytes in the area, if the
@@ -650,6 +696,11 @@ pub(crate) fn queue_rq<'a>(
             if e == EINVAL {
                 log_err!(nvme, "queue {}: cannot map request", queue.qid());
                 return rq.fail();
+            }
+            if e == errno::EREMOTEIO() {
+                // Device memory the connection cannot send (said in the log where found):
+                // the request's own error, not the queue's.
+                return rq.fail_remote_io();
             }
             // The queue is going away: complete with a path error so the core retries or
             // fails over, and let error recovery rebuild the queue. A spread command names

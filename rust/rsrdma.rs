@@ -34,6 +34,8 @@ mod devices;
 #[forbid(unsafe_code)]
 mod options;
 #[forbid(unsafe_code)]
+mod peer;
+#[forbid(unsafe_code)]
 mod pool;
 #[forbid(unsafe_code)]
 mod queue;
@@ -50,6 +52,7 @@ mod transport;
 
 use crate::client::Watches;
 use crate::devices::Devices;
+use crate::peer::Providers;
 use crate::registry::Registry;
 use crate::wrap::log::{log_err, log_info, Prefix};
 use crate::wrap::params;
@@ -72,6 +75,7 @@ struct RsRdma {
 fn withdraw_all() {
     Devices::withdraw();
     Watches::withdraw();
+    Providers::withdraw();
     Registry::withdraw();
 }
 
@@ -89,6 +93,7 @@ impl kernel::Module for RsRdma {
         }
         log_info!(Prefix::NONE, "loading, transport \"{}\"", name);
         let published = Registry::publish()
+            .and_then(|()| Providers::publish())
             .and_then(|()| Watches::publish())
             .and_then(|()| Devices::publish());
         if let Err(e) = published {

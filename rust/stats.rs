@@ -68,6 +68,8 @@ pub(crate) struct QueueStats {
     pub(crate) page_bytes: AtomicU64,
     /// Data bytes copied between requests' pages and the pool.
     pub(crate) copied_bytes: AtomicU64,
+    /// Data bytes moved from and to peer (device) memory, without a copy.
+    pub(crate) peer_bytes: AtomicU64,
 }
 
 impl QueueStats {
@@ -88,6 +90,11 @@ impl QueueStats {
     /// Counts `len` data bytes moved from or to the registered area.
     pub(crate) fn moved_area(&self, len: u32) {
         self.area_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
+    }
+
+    /// Counts `len` data bytes moved from or to peer memory.
+    pub(crate) fn moved_peer(&self, len: u32) {
+        self.peer_bytes.fetch_add(u64::from(len), Ordering::Relaxed);
     }
 
     /// Counts `len` data bytes sent in the capsule from the request's pages.

@@ -7,6 +7,7 @@
 use crate::ctrl::{Ctrl, RdmaCtrl};
 use crate::wrap::debugfs::{SeqFile, Show};
 use crate::wrap::nvme::CtrlRef;
+use crate::wrap::sync::RcuReadGuard;
 use core::sync::atomic::Ordering;
 
 /// A controller's file holds a reference to it (dropped with the file, at deletion).
@@ -76,17 +77,36 @@ fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
         None => s.line(format_args!("area: none")),
     }
     // The I/O queues' (the admin queue's data is the kernel's own: it is always copied).
-    let (mut area_bytes, mut page_bytes, mut copied) = (0u64, 0u64, 0u64);
+    let rcu = RcuReadGuard::new();
+    match ctrl.peer_regs(&rcu) {
+        Some(regs) => {
+            for r in regs.iter() {
+                s.line(format_args!(
+                    "device memory: {}, {} KiB at {:#x}, reached by {}, rkey {:#x}, registrations {}",
+                    r.mem().name(),
+                    r.mem().len() >> 10,
+                    r.mem().phys(),
+                    r.reach().as_str(),
+                    r.region().rkey(),
+                    ctrl.peer_registrations(),
+                ));
+            }
+        }
+        None => s.line(format_args!("device memory: none registered")),
+    }
+    drop(rcu);
+    let (mut area_bytes, mut page_bytes, mut copied, mut peer) = (0u64, 0u64, 0u64, 0u64);
     for qid in 1..n.queue_count() as u16 {
         let Some(q) = ctrl.try_queue(qid) else { break };
         let st = q.stats();
         area_bytes += st.area_bytes.load(Ordering::Relaxed);
         page_bytes += st.page_bytes.load(Ordering::Relaxed);
         copied += st.copied_bytes.load(Ordering::Relaxed);
+        peer += st.peer_bytes.load(Ordering::Relaxed);
     }
     s.line(format_args!(
-        "data bytes (I/O queues): {} from the area without a copy, {} in capsules from their pages without a copy, {} copied through the pool",
-        area_bytes, page_bytes, copied
+        "data bytes (I/O queues): {} from the area without a copy, {} in capsules from their pages without a copy, {} copied through the pool, {} from device memory without a copy",
+        area_bytes, page_bytes, copied, peer
     ));
     s.line(format_args!(
         "reconnects: {}, last took {} ms",

@@ -36,4 +36,7 @@ errnos! {
     ENOKEY,
     /// Key was rejected by service (authentication failed).
     EKEYREJECTED,
+    /// Remote I/O error (peer memory the RDMA device does not reach, the block layer's
+    /// convention).
+    EREMOTEIO,
 }

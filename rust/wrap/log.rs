@@ -15,6 +15,9 @@ pub(crate) enum Level {
     Err,
     Warn,
     Info,
+    /// An error line of the I/O path, which a process can make the transport print at will:
+    /// rate limited.
+    ErrRatelimited,
 }
 
 /// Dynamic debug classes. Each is one `pr_debug` call site in the glue, so it can be enabled
@@ -118,6 +121,7 @@ pub(crate) fn log(prefix: Prefix<'_>, level: Level, args: fmt::Arguments<'_>) {
         Level::Err => bindings::rsrdma_log_level_RSRDMA_LOG_ERR,
         Level::Warn => bindings::rsrdma_log_level_RSRDMA_LOG_WARN,
         Level::Info => bindings::rsrdma_log_level_RSRDMA_LOG_INFO,
+        Level::ErrRatelimited => bindings::rsrdma_log_level_RSRDMA_LOG_ERR_RATELIMITED,
     };
     let line = LineBuf::format(args);
     // SAFETY: `line` is NUL terminated and outlives the call; `ctrl` is null or a controller
@@ -167,6 +171,13 @@ macro_rules! log_err {
     };
 }
 
+/// Like `log_err!`, rate limited (see [`Level::ErrRatelimited`]).
+macro_rules! log_err_ratelimited {
+    ($ctrl:expr, $($arg:tt)*) => {
+        $crate::wrap::log::log($crate::wrap::log::Prefix::from($ctrl), $crate::wrap::log::Level::ErrRatelimited, format_args!($($arg)*))
+    };
+}
+
 /// `dbg_event!(Cm, ctrl, "...", args)`: a dynamic debug line of one class.
 #[allow(unused_macros)]
 macro_rules! dbg_event {
@@ -176,4 +187,4 @@ macro_rules! dbg_event {
 }
 
 #[allow(unused_imports)]
-pub(crate) use {dbg_event, log_err, log_info, log_warn};
+pub(crate) use {dbg_event, log_err, log_err_ratelimited, log_info, log_warn};

@@ -12,6 +12,15 @@ use super::bindings;
 use core::ptr::NonNull;
 use kernel::prelude::*;
 
+/// Memory in which a run of bytes can be found by page frame: the transport's chunks, or a
+/// provider's peer memory.
+pub(crate) trait Locate {
+    /// The offset in the memory of the `len` bytes at byte `offset` of page frame `pfn`
+    /// (which may run over into the following frames), if they all lie in it, one after the
+    /// other in its order. A lookup, nothing is dereferenced.
+    fn locate(&self, pfn: u64, offset: u32, len: u32) -> Option<u64>;
+}
+
 /// One chunk: `1 << order` zeroed pages.
 ///
 /// # Invariants
@@ -50,6 +59,20 @@ unsafe impl Send for ChunkSet {}
 // SAFETY: as above.
 unsafe impl Sync for ChunkSet {}
 
+impl Locate for ChunkSet {
+    fn locate(&self, pfn: u64, offset: u32, len: u32) -> Option<u64> {
+        let shift = kernel::page::PAGE_SHIFT;
+        let pos = (pfn << shift).checked_add(u64::from(offset))?;
+        crate::proto::pool::locate(
+            &self.by_pfn,
+            shift as u32,
+            self.chunk_size,
+            pos,
+            u64::from(len),
+        )
+    }
+}
+
 impl ChunkSet {
     /// Allocates `n` zeroed chunks of `chunk_size` bytes on NUMA node `node` (-1: any).
     /// `ENOMEM` when the page allocator has no chunks that large (a caller may try smaller).
@@ -77,21 +100,6 @@ impl ChunkSet {
             chunk_size,
             by_pfn,
         })
-    }
-
-    /// The offset in the set of the `len` bytes at byte `offset` of page frame `pfn` (which
-    /// may run over into the following frames), if they all lie in the set, one after the
-    /// other in its order. A lookup, nothing is dereferenced.
-    pub(crate) fn locate(&self, pfn: u64, offset: u32, len: u32) -> Option<u64> {
-        let shift = kernel::page::PAGE_SHIFT;
-        let pos = (pfn << shift).checked_add(u64::from(offset))?;
-        crate::proto::pool::locate(
-            &self.by_pfn,
-            shift as u32,
-            self.chunk_size,
-            pos,
-            u64::from(len),
-        )
     }
 
     pub(crate) fn chunk_size(&self) -> u64 {

@@ -19,6 +19,7 @@ pub(crate) mod mem;
 pub(crate) mod net;
 pub(crate) mod nvme;
 pub(crate) mod params;
+pub(crate) mod peer_mem;
 pub(crate) mod rdma;
 pub(crate) mod sync;
 pub(crate) mod vec;

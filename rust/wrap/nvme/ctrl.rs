@@ -72,6 +72,9 @@ pub(crate) trait ControllerOps: Send + Sync + Sized + 'static {
     fn delete_ctrl(ctrl: &Controller<Self>);
     /// `nvme_ctrl_ops::stop_ctrl`: no transport work may run afterwards.
     fn stop_ctrl(ctrl: &Controller<Self>);
+    /// `nvme_ctrl_ops::supports_pci_p2pdma`: whether the namespaces the core adds take PCI
+    /// peer-to-peer pages for I/O (asked as each is added).
+    fn supports_pci_p2pdma(ctrl: &Controller<Self>) -> bool;
     /// The core's `reset_work`: reset the controller.
     fn reset_work(ctrl: &Controller<Self>);
     /// One of the transport's work items.
@@ -286,6 +289,7 @@ impl<T: ControllerOps> Controller<T> {
             delete_ctrl: Some(delete_ctrl::<T>),
             stop_ctrl: Some(stop_ctrl::<T>),
             get_address: Some(bindings::nvmf_get_address),
+            supports_pci_p2pdma: Some(supports_pci_p2pdma::<T>),
             ..Default::default()
         }
     }
@@ -1075,6 +1079,16 @@ unsafe extern "C" fn delete_ctrl<T: ControllerOps>(n: *mut bindings::nvme_ctrl) 
 unsafe extern "C" fn stop_ctrl<T: ControllerOps>(n: *mut bindings::nvme_ctrl) {
     // SAFETY: per the contract.
     T::stop_ctrl(unsafe { Controller::<T>::from_core(n.cast()) });
+}
+
+/// `nvme_ctrl_ops::supports_pci_p2pdma` of our controllers.
+///
+/// # Safety
+///
+/// Called by the NVMe core with one of our live controllers (as it adds a namespace).
+unsafe extern "C" fn supports_pci_p2pdma<T: ControllerOps>(n: *mut bindings::nvme_ctrl) -> bool {
+    // SAFETY: per the contract.
+    T::supports_pci_p2pdma(unsafe { Controller::<T>::from_core(n.cast()) })
 }
 
 /// The function of the core's `reset_work` of our controllers.

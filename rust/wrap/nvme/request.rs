@@ -23,7 +23,7 @@
 //! [`drivers/nvme/host/nvme.h`](srctree/drivers/nvme/host/nvme.h).
 
 use super::super::bindings;
-use super::super::mem::ChunkSet;
+use super::super::mem::{ChunkSet, Locate};
 use super::super::rdma::PageRange;
 use super::CoreCtrl;
 use core::marker::PhantomData;
@@ -36,6 +36,8 @@ use kernel::types::Opaque;
 /// A blk-mq status (`blk_status_t`).
 type BlkStatus = bindings::blk_status_t;
 const BLK_STS_OK: BlkStatus = 0;
+/// The target's side of the I/O failed; the block layer's `EREMOTEIO`.
+const BLK_STS_TARGET: BlkStatus = 5;
 /// Out of a resource: blk-mq retries the request when some I/O completes.
 const BLK_STS_RESOURCE: BlkStatus = 9;
 const BLK_STS_IOERR: BlkStatus = 10;
@@ -343,25 +345,43 @@ impl<'a, P> OwnedRq<'a, P> {
         })
     }
 
+    /// Whether the request's data lies in PCI peer-to-peer memory (see
+    /// [`crate::wrap::peer_mem`]): all of it, in one provider's memory (`true`), or none of it
+    /// (`false`); `EREMOTEIO` when it is mixed, since the CPU must not copy peer memory the
+    /// way it copies other data.
+    pub(crate) fn in_peer_mem(&self) -> Result<bool> {
+        // SAFETY: an owned request, whose bios do not change while it is ours.
+        match unsafe { bindings::rsrdma_rq_p2p(self.ptr()) } {
+            0 => Ok(false),
+            1 => Ok(true),
+            e => Err(Error::from_errno(e)),
+        }
+    }
+
     /// Where the request's data lies in `set`, if all of it does, as one run of the set's
     /// offsets: the offset of its first byte. `None` for data elsewhere (even in part), in
     /// several runs, or a special payload. The pages are the request's, pinned by its owner
     /// (a direct I/O's submitter) until it ends: a device may use them at that offset
     /// meanwhile, through a registration of the set.
-    pub(crate) fn offset_in(&self, set: &ChunkSet) -> Option<u64> {
+    pub(crate) fn offset_in<L: Locate>(&self, set: &L) -> Option<u64> {
         /// The walk's state: the set, and the run found so far (its start, and where the
         /// next bvec must be).
-        struct Walk<'s> {
-            set: &'s ChunkSet,
+        struct Walk<'s, L> {
+            set: &'s L,
             start: Option<u64>,
             next: u64,
         }
         /// # Safety
         ///
         /// `ctx` is the `Walk` `offset_in` passes to the glue.
-        unsafe extern "C" fn visit(ctx: *mut c_void, pfn: c_ulong, offset: u32, len: u32) -> i32 {
+        unsafe extern "C" fn visit<L: Locate>(
+            ctx: *mut c_void,
+            pfn: c_ulong,
+            offset: u32,
+            len: u32,
+        ) -> i32 {
             // SAFETY: per the function's contract; the walk outlives the call.
-            let w = unsafe { &mut *(ctx as *mut Walk<'_>) };
+            let w = unsafe { &mut *(ctx as *mut Walk<'_, L>) };
             match w.set.locate(pfn as u64, offset, len) {
                 Some(at) if w.start.is_none() || at == w.next => {
                     w.start.get_or_insert(at);
@@ -381,8 +401,8 @@ impl<'a, P> OwnedRq<'a, P> {
         let ret = unsafe {
             bindings::rsrdma_rq_visit_bvecs(
                 self.ptr(),
-                Some(visit),
-                &mut walk as *mut Walk<'_> as *mut c_void,
+                Some(visit::<L>),
+                &mut walk as *mut Walk<'_, L> as *mut c_void,
             )
         };
         if ret != 0 {
@@ -459,6 +479,15 @@ impl<'a, P> OwnedRq<'a, P> {
         self.cleanup_cmd();
         // INVARIANT: blk-mq ends the request with the error.
         Dispatched::new(BLK_STS_IOERR)
+    }
+
+    /// Hands the request back to blk-mq unsent, to end it with `EREMOTEIO`
+    /// (`BLK_STS_TARGET`): its data is memory the transport must not send (peer memory no
+    /// registration of the connection covers).
+    pub(crate) fn fail_remote_io(self) -> Dispatched<'a> {
+        self.cleanup_cmd();
+        // INVARIANT: blk-mq ends the request with the error.
+        Dispatched::new(BLK_STS_TARGET)
     }
 
     /// Starts the request's timer (`nvme_start_request`).

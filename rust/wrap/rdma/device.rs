@@ -97,6 +97,14 @@ impl Device {
         unsafe { bindings::rsrdma_dma_max_mapping_size(self.as_ptr()) }
     }
 
+    /// Whether the device may be given PCI peer-to-peer memory at all: it maps it for DMA the
+    /// peer-to-peer way, or it has no DMA and reaches memory through the kernel's mapping
+    /// (soft-RoCE, siw). Whether it reaches one provider's is [`crate::wrap::peer_mem`]'s.
+    pub(crate) fn takes_peer_mem(&self) -> bool {
+        // SAFETY: a registered device (type invariant).
+        unsafe { bindings::rsrdma_ib_p2p_capable(self.as_ptr()) }
+    }
+
     /// Whether the device supports memory registration work requests (FRWR).
     pub(crate) fn has_mem_mgt_extensions(&self) -> bool {
         self.attrs().device_cap_flags

@@ -19,7 +19,7 @@ pub(crate) mod qp;
 pub(crate) use client::{Client, ClientRegistration};
 pub(crate) use cm::{CmEvent, CmEventKind, CmHandler, CmId, CmQp, ConnParam, ParkedId};
 pub(crate) use cq::Cq;
-pub(crate) use device::{Device, DeviceId};
+pub(crate) use device::{Device, DeviceId, DeviceRef};
 pub(crate) use dma::{ChunkMaps, PageRange, MAX_PAGE_RANGES};
 pub(crate) use event::{EventWatch, PortHandler};
 pub(crate) use mr::{Access, MemoryRegion, Pd};

@@ -12,6 +12,7 @@
 //! [`ChunkSet`]: super::super::mem::ChunkSet
 
 use super::super::bindings;
+use super::super::peer_mem::PeerMap;
 use super::device::{Device, DeviceRef};
 use super::dma::ChunkMaps;
 use core::ptr::NonNull;
@@ -98,17 +99,25 @@ impl core::ops::BitOr for Access {
     }
 }
 
-/// A fast-registration memory region over mapped chunks, which it owns. It is registered with
+/// The mapped memory a [`MemoryRegion`] covers.
+enum Backing {
+    /// The transport's chunks (the pool, the area).
+    Chunks(ChunkMaps),
+    /// A provider's peer memory (held for the region, unmapped after it).
+    Peer { _map: PeerMap },
+}
+
+/// A fast-registration memory region over mapped memory, which it owns. It is registered with
 /// the device by a REG_MR work request (`Qp::post_reg_mr`); dropping it deregisters it, which
-/// invalidates its keys, then unmaps the chunks.
+/// invalidates its keys, then unmaps the memory.
 ///
 /// # Invariants
 ///
-/// `mr` is an MR allocated on `_pd` and owned here, whose pages are the pieces of `maps`.
+/// `mr` is an MR allocated on `_pd` and owned here, whose pages are the pieces of `backing`.
 pub(crate) struct MemoryRegion {
     mr: NonNull<bindings::ib_mr>,
     // Dropped after `mr` is deregistered (in `drop`), in this order.
-    maps: ChunkMaps,
+    backing: Backing,
     _pd: Arc<Pd>,
 }
 
@@ -123,11 +132,30 @@ impl MemoryRegion {
     /// it, and moves the key to a fresh value (so that a registration never reuses the previous
     /// RKEY). `EINVAL` if the device cannot map that many pages in one MR.
     pub(crate) fn new(pd: &Arc<Pd>, maps: ChunkMaps, page_size: u64) -> Result<Self> {
+        let len = maps.set().len();
+        let region = Self::alloc(pd, Backing::Chunks(maps), len, page_size)?;
+        region.map_pieces(page_size as u32)?;
+        Ok(region)
+    }
+
+    /// The same over a provider's peer memory, in pages of its pieces.
+    pub(crate) fn new_peer(pd: &Arc<Pd>, map: PeerMap) -> Result<Self> {
+        let (len, page_size) = (map.mem().len(), map.piece());
+        let (sgl, n) = map.sg();
+        let region = Self::alloc(pd, Backing::Peer { _map: map }, len, page_size)?;
+        // SAFETY: the table `map` mapped for the PD's device, held by the region.
+        unsafe { region.map_sg(sgl, n, page_size as u32) }?;
+        Ok(region)
+    }
+
+    /// Allocates an MR on `pd` for `len` bytes of `backing` in pages of `page_size` bytes, and
+    /// moves its key to a fresh value; its pages are still to be set.
+    fn alloc(pd: &Arc<Pd>, backing: Backing, len: u64, page_size: u64) -> Result<Self> {
         let dev = pd.device();
-        if page_size == 0 || maps.set().len() % page_size != 0 {
+        if page_size == 0 || page_size > u64::from(u32::MAX) || len % page_size != 0 {
             return Err(EINVAL);
         }
-        let nr_pages = maps.set().len() / page_size;
+        let nr_pages = len / page_size;
         if nr_pages > u64::from(dev.max_fast_reg_page_list_len()) {
             return Err(EINVAL);
         }
@@ -139,40 +167,28 @@ impl MemoryRegion {
                 nr_pages as u32,
             )
         })?;
-        // INVARIANT: allocated on `pd`; its pages are set below (or it is dropped).
+        // INVARIANT: allocated on `pd`; its pages are set by the caller (or it is dropped).
         let region = Self {
             mr,
-            maps,
+            backing,
             _pd: pd.clone(),
         };
         region.bump_key();
-        region.map_pieces(page_size as u32)?;
         Ok(region)
     }
 
-    /// Maps the pieces of `maps` into the MR, in order.
-    fn map_pieces(&self, page_size: u32) -> Result {
-        let piece = self.maps.piece();
-        let n = self.maps.addrs().count();
-        let mut sg = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            sg.push(bindings::scatterlist::default(), GFP_KERNEL)?;
-        }
-        // SAFETY: `sg` holds `n` entries; init marks the last one.
-        unsafe { bindings::sg_init_table(sg.as_mut_ptr(), n as u32) };
-        for (entry, (va, dma)) in sg.iter_mut().zip(self.maps.pieces()) {
-            // SAFETY: a valid entry of an initialized table, set to a mapped piece.
-            unsafe {
-                bindings::rsrdma_sg_set_buf(entry, va.cast(), piece as u32);
-                bindings::rsrdma_sg_set_dma(entry, dma, piece as u32);
-            }
-        }
-        // SAFETY: an owned MR (type invariant) and a DMA-mapped list of `n` entries, which
+    /// Maps the `n` entries of the DMA-mapped list `sgl` into the MR, in order.
+    ///
+    /// # Safety
+    ///
+    /// `sgl` is a list of at least `n` entries mapped for the PD's device, alive for the call.
+    unsafe fn map_sg(&self, sgl: *mut bindings::scatterlist, n: u32, page_size: u32) -> Result {
+        // SAFETY: an owned MR (type invariant) and a mapped list (contract), which
         // `ib_map_mr_sg` reads into the MR's page list before returning.
         let mapped = unsafe {
             bindings::ib_map_mr_sg(
                 self.mr.as_ptr(),
-                sg.as_mut_ptr(),
+                sgl,
                 n as i32,
                 core::ptr::null_mut(),
                 page_size,
@@ -183,6 +199,30 @@ impl MemoryRegion {
             m if m < 0 => Err(Error::from_errno(m)),
             _ => Err(EINVAL),
         }
+    }
+
+    /// Maps the pieces of the chunks into the MR, in order.
+    fn map_pieces(&self, page_size: u32) -> Result {
+        let Backing::Chunks(maps) = &self.backing else {
+            return Err(EINVAL);
+        };
+        let piece = maps.piece();
+        let n = maps.addrs().count();
+        let mut sg = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            sg.push(bindings::scatterlist::default(), GFP_KERNEL)?;
+        }
+        // SAFETY: `sg` holds `n` entries; init marks the last one.
+        unsafe { bindings::sg_init_table(sg.as_mut_ptr(), n as u32) };
+        for (entry, (va, dma)) in sg.iter_mut().zip(maps.pieces()) {
+            // SAFETY: a valid entry of an initialized table, set to a mapped piece.
+            unsafe {
+                bindings::rsrdma_sg_set_buf(entry, va.cast(), piece as u32);
+                bindings::rsrdma_sg_set_dma(entry, dma, piece as u32);
+            }
+        }
+        // SAFETY: `sg` holds `n` entries, each set to a piece mapped for the device.
+        unsafe { self.map_sg(sg.as_mut_ptr(), n as u32, page_size) }
     }
 
     /// Moves the key to a fresh value.
@@ -201,9 +241,12 @@ impl MemoryRegion {
         self.mr.as_ptr()
     }
 
-    /// The mapped memory.
-    pub(crate) fn maps(&self) -> &ChunkMaps {
-        &self.maps
+    /// The mapped chunks, if the region is over the transport's own memory.
+    pub(crate) fn chunk_maps(&self) -> Option<&ChunkMaps> {
+        match &self.backing {
+            Backing::Chunks(maps) => Some(maps),
+            Backing::Peer { .. } => None,
+        }
     }
 
     pub(crate) fn rkey(&self) -> u32 {
