@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""A checkpoint through the registered area: write N blocks to a namespace and read them back.
+"""A checkpoint without a copy: write N blocks to a namespace and read them back.
 
 The blocks are filled in the controller's registered area, mapped from /dev/rsrdma/<controller>
 (the memory the transport registered with the connection; the controllers of one subsystem share
 it, so a multipath namespace works the same), written to the namespace with
 O_DIRECT straight from that mapping, the mapping cleared, the blocks read back into it and
 checked. With the area, the NIC reads and writes the mapping itself: the controller's debugfs
-counters show the bytes moved without a copy. `--memory anon` does the same from ordinary
-process memory, which the transport copies through its pool.
+counters show the bytes moved without a copy. `--memory device` does the same from device
+memory (the GPUDirect path): PCI peer-to-peer memory a device's driver published, mapped from
+/sys/bus/pci/devices/<bdf>/p2pmem/allocate, which the transport registered with the connection
+and the NIC reads and writes directly. `--memory anon` does it from ordinary process memory,
+which the transport copies through its pool.
 
     checkpoint.py /dev/nvme0n1 --blocks 8 --block-size 4M
+    checkpoint.py /dev/nvme0n1 --memory device        # from device memory (P2PDMA)
     checkpoint.py /dev/nvme0n1 --memory anon          # for comparison
 
 It prints the throughput of each direction, how many blocks and bytes it verified, and the
 controller's counters before and after; it exits 1 if any block differs or none was checked,
 and with --expect-zero-copy also if any byte was copied or fewer than the checkpoint's bytes
-moved from the area.
+moved from the area (or device memory).
 """
 
 import argparse
@@ -29,6 +33,7 @@ import sys
 import time
 
 DEBUGFS = "/sys/kernel/debug/nvme_rsrdma"
+PCI = "/sys/bus/pci/devices"
 
 
 def size_arg(text):
@@ -54,9 +59,23 @@ def controllers_of(namespace):
     sys.exit(f"{namespace}: not an NVMe namespace")
 
 
+def p2pmem_providers():
+    """The PCI devices that publish peer-to-peer memory (their BDFs)."""
+    found = []
+    for bdf in sorted(os.listdir(PCI)):
+        try:
+            with open(f"{PCI}/{bdf}/p2pmem/published", encoding="ascii") as f:
+                if f.read().strip() == "1":
+                    found.append(bdf)
+        except OSError:
+            continue
+    return found
+
+
 def counters(ctrls):
-    """Bytes from the area, in capsules, copied, summed over the controllers (debugfs)."""
-    total = [0, 0, 0]
+    """Bytes from the area, in capsules, copied, and from device memory, summed over the
+    controllers (debugfs)."""
+    total = [0, 0, 0, 0]
     for ctrl in ctrls:
         try:
             with open(f"{DEBUGFS}/{ctrl}/stats", encoding="utf-8") as f:
@@ -65,9 +84,10 @@ def counters(ctrls):
             continue
         m = re.search(r"^data bytes[^:]*: (\d+) from the area.*?, (\d+) in capsules.*?, (\d+) copied",
                       text, re.MULTILINE)
-        if not m:
+        d = re.search(r"^data bytes[^:]*:.*, (\d+) from device memory", text, re.MULTILINE)
+        if not m or not d:
             return None
-        total = [t + int(x) for t, x in zip(total, m.groups())]
+        total = [t + int(x) for t, x in zip(total, m.groups() + d.groups())]
     return total
 
 
@@ -88,8 +108,11 @@ def main():
                     help="block size (default 4M)")
     ap.add_argument("--offset", type=size_arg, default=0,
                     help="where the checkpoint starts on the namespace (default 0)")
-    ap.add_argument("--memory", choices=("area", "anon"), default="area",
-                    help="the registered area (default) or ordinary process memory")
+    ap.add_argument("--memory", choices=("area", "device", "anon"), default="area",
+                    help="the registered area (default), device memory or ordinary process "
+                         "memory")
+    ap.add_argument("--device", help="the PCI device whose peer memory to use (its BDF; "
+                                     "default the first that publishes some)")
     ap.add_argument("--area", help="the area's device (default /dev/rsrdma/<controller>)")
     ap.add_argument("--area-offset", type=size_arg, default=0,
                     help="where in the area the blocks are (default 0)")
@@ -115,6 +138,19 @@ def main():
         except OSError as e:
             sys.exit(f"{area}: cannot map {total} bytes at offset {args.area_offset}: {e}")
         os.close(afd)
+    elif args.memory == "device":
+        providers = p2pmem_providers()
+        bdf = args.device or (providers[0] if providers else None)
+        if not bdf:
+            sys.exit("no PCI device publishes peer-to-peer memory (CONFIG_PCI_P2PDMA, a driver "
+                     "that publishes some such as nvme with a CMB)")
+        area = f"device memory of {bdf}"
+        try:
+            afd = os.open(f"{PCI}/{bdf}/p2pmem/allocate", os.O_RDWR)
+            mem = mmap.mmap(afd, total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            sys.exit(f"{bdf}: cannot map {total} bytes of its peer memory: {e}")
+        os.close(afd)
     else:
         area = "anonymous memory"
         mem = mmap.mmap(-1, total)
@@ -127,16 +163,22 @@ def main():
         view[i * bs:(i + 1) * bs] = pattern(i, bs, args.seed)
     t0 = time.monotonic()
     for i in range(n):
-        if os.pwrite(fd, view[i * bs:(i + 1) * bs], args.offset + i * bs) != bs:
-            sys.exit(f"short write of block {i}")
+        try:
+            if os.pwrite(fd, view[i * bs:(i + 1) * bs], args.offset + i * bs) != bs:
+                sys.exit(f"short write of block {i}")
+        except OSError as e:
+            sys.exit(f"write of block {i} from {area}: {e}")
     os.fsync(fd)
     t_write = time.monotonic() - t0
 
     view[:] = bytes(total)
     t0 = time.monotonic()
     for i in range(n):
-        if os.preadv(fd, [view[i * bs:(i + 1) * bs]], args.offset + i * bs) != bs:
-            sys.exit(f"short read of block {i}")
+        try:
+            if os.preadv(fd, [view[i * bs:(i + 1) * bs]], args.offset + i * bs) != bs:
+                sys.exit(f"short read of block {i}")
+        except OSError as e:
+            sys.exit(f"read of block {i} into {area}: {e}")
     t_read = time.monotonic() - t0
     after = counters(ctrls)
     os.close(fd)
@@ -153,11 +195,13 @@ def main():
     print(f"verified: {good} of {n} blocks, {good * bs} of {total} bytes")
     rc = 0 if good == n and n > 0 else 1
     if before and after:
-        area_b, page_b, copied = (a - b for a, b in zip(after, before))
+        area_b, page_b, copied, dev_b = (a - b for a, b in zip(after, before))
         print(f"{ctrl}: {area_b} bytes moved from the area without a copy, "
               f"{page_b} in capsules from their pages, {copied} copied through the pool")
-        if args.expect_zero_copy and (copied != 0 or area_b < 2 * total):
-            print(f"expected {2 * total} bytes from the area and none copied")
+        print(f"{ctrl}: {dev_b} bytes moved from device memory without a copy")
+        moved = dev_b if args.memory == "device" else area_b
+        if args.expect_zero_copy and (copied != 0 or moved < 2 * total):
+            print(f"expected {2 * total} bytes from {area} and none copied")
             rc = 1
     elif args.expect_zero_copy:
         print(f"{ctrl}: no counters in {DEBUGFS} (debugfs mounted? an rsrdma controller?)")
