@@ -16,6 +16,12 @@ which the transport copies through its pool.
     checkpoint.py /dev/nvme0n1 --blocks 8 --block-size 4M
     checkpoint.py /dev/nvme0n1 --memory device        # from device memory (P2PDMA)
     checkpoint.py /dev/nvme0n1 --memory anon          # for comparison
+    checkpoint.py /dev/nvme0n1 --memory device --stage  # device memory staged through DRAM
+
+`--stage` is the host CPU path for device memory, for transports that cannot send it (the C
+nvme-rdma): each block is copied by the CPU from device memory into a DRAM buffer and written
+from there, and read into the DRAM buffer and copied into device memory; the times include the
+copies.
 
 It prints the throughput of each direction, how many blocks and bytes it verified, and the
 controller's counters before and after; it exits 1 if any block differs or none was checked,
@@ -116,6 +122,9 @@ def main():
     ap.add_argument("--area", help="the area's device (default /dev/rsrdma/<controller>)")
     ap.add_argument("--area-offset", type=size_arg, default=0,
                     help="where in the area the blocks are (default 0)")
+    ap.add_argument("--stage", action="store_true",
+                    help="stage each block through a DRAM buffer with a CPU copy (the host CPU "
+                         "path, with --memory device)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--expect-zero-copy", action="store_true",
                     help="fail unless every byte moved from the area and none was copied")
@@ -123,6 +132,8 @@ def main():
 
     bs, n = args.block_size, args.blocks
     total = bs * n
+    if args.stage and args.memory != "device":
+        sys.exit("--stage stages device memory: use it with --memory device")
     if n <= 0 or bs <= 0 or bs % 4096 or args.offset % 4096 or args.area_offset % 4096:
         sys.exit("blocks must be positive; sizes and offsets multiples of 4 KiB")
     ctrls = controllers_of(args.namespace)
@@ -158,13 +169,21 @@ def main():
 
     fd = os.open(args.namespace, os.O_RDWR | os.O_DIRECT)
     before = counters(ctrls)
+    # The DRAM buffer of --stage: what the I/O goes from and into, one block.
+    stage = memoryview(mmap.mmap(-1, bs)) if args.stage else None
+
+    def io_buf(i):
+        """The buffer block i's I/O uses: its place in the memory, or the staging buffer."""
+        return stage if stage is not None else view[i * bs:(i + 1) * bs]
 
     for i in range(n):
         view[i * bs:(i + 1) * bs] = pattern(i, bs, args.seed)
     t0 = time.monotonic()
     for i in range(n):
+        if stage is not None:
+            stage[:] = view[i * bs:(i + 1) * bs]
         try:
-            if os.pwrite(fd, view[i * bs:(i + 1) * bs], args.offset + i * bs) != bs:
+            if os.pwrite(fd, io_buf(i), args.offset + i * bs) != bs:
                 sys.exit(f"short write of block {i}")
         except OSError as e:
             sys.exit(f"write of block {i} from {area}: {e}")
@@ -175,15 +194,20 @@ def main():
     t0 = time.monotonic()
     for i in range(n):
         try:
-            if os.preadv(fd, [view[i * bs:(i + 1) * bs]], args.offset + i * bs) != bs:
+            if os.preadv(fd, [io_buf(i)], args.offset + i * bs) != bs:
                 sys.exit(f"short read of block {i}")
         except OSError as e:
             sys.exit(f"read of block {i} into {area}: {e}")
+        if stage is not None:
+            view[i * bs:(i + 1) * bs] = stage
     t_read = time.monotonic() - t0
     after = counters(ctrls)
     os.close(fd)
 
     good = sum(view[i * bs:(i + 1) * bs] == pattern(i, bs, args.seed) for i in range(n))
+    if stage is not None:
+        stage.release()
+        area += ", staged through DRAM"
     view.release()
     mem.close()
 
