@@ -52,7 +52,7 @@ fi; \
 echo "$$stamp" >"$(1)/.kdir-stamp"
 endef
 
-.PHONY: all modules deps kernel run test check bench rawbw install docs clean
+.PHONY: all modules deps kernel run test check bench rawbw p2pmem install docs clean
 all: modules
 
 deps:
@@ -76,7 +76,7 @@ run: modules
 test: modules
 	tests/run.sh
 
-bench: modules rawbw
+bench: modules rawbw p2pmem
 	scripts/bench.sh
 
 # Built out of the tree (scripts/rawbw stays sources only), like the module against KDIR or
@@ -87,6 +87,15 @@ rawbw: $(if $(KDIR),,deps)
 	kdir=$$($(KDIR_CMD)) && \
 	$(call kdir_guard,$(RAWBW_DIR)) && \
 	$(MAKE) -C "$$kdir" M=$(RAWBW_DIR) W=1 $(KFLAGS) modules
+
+# The guest's test-only provider of peer-to-peer memory (tests/p2pmem), built out of the tree
+# like rawbw; 12-device-memory and the benchmark's device-memory rows use it.
+P2PMEM_DIR = $(CURDIR)/out/p2pmem
+p2pmem: $(if $(KDIR),,deps)
+	@mkdir -p $(P2PMEM_DIR) && cp -u tests/p2pmem/rsrdma_p2pmem.c tests/p2pmem/Kbuild $(P2PMEM_DIR)/ && \
+	kdir=$$($(KDIR_CMD)) && \
+	$(call kdir_guard,$(P2PMEM_DIR)) && \
+	$(MAKE) -C "$$kdir" M=$(P2PMEM_DIR) W=1 $(KFLAGS) modules
 
 # Installs what `make` built (building it first if there is no nvme_rsrdma.ko), the way the
 # kernel's modules_install does: $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)

@@ -101,16 +101,23 @@ else
 	fi
 fi
 
-# The stand-in for accelerator memory: an emulated NVMe controller with a Controller Memory
-# Buffer, which the guest's NVMe PCI driver publishes as PCI peer-to-peer memory once loaded
-# (nothing loads it unless a test does). VM_CMB_MIB=0 leaves it out.
-cmb_mib=${VM_CMB_MIB:-64}
+# Stand-ins for accelerator memory, published as PCI peer-to-peer memory once a test loads
+# their drivers (nothing else does): an emulated NVMe controller with a Controller Memory Buffer
+# (the NVMe PCI driver publishes it; emulated MMIO, which the guest's CPU reaches one access at
+# a time), and an ivshmem-plain device whose BAR is host RAM (tests/p2pmem's test-only driver
+# publishes it). VM_CMB_MIB=0 and VM_P2P_RAM_MIB=0 leave them out.
+cmb_mib=${VM_CMB_MIB:-64} ram_mib=${VM_P2P_RAM_MIB:-64}
 dev_opts=()
 if ((cmb_mib > 0)); then
 	truncate -s 16M "$out/cmb-nvme.img"
 	# shellcheck disable=SC2054 # QEMU's option values hold commas
-	dev_opts=(--qemu-opt=-drive --qemu-opt="if=none,id=cmbnvm,format=raw,file=$out/cmb-nvme.img"
+	dev_opts+=(--qemu-opt=-drive --qemu-opt="if=none,id=cmbnvm,format=raw,file=$out/cmb-nvme.img"
 		--qemu-opt=-device --qemu-opt="nvme,serial=rsrdma-cmb,drive=cmbnvm,cmb_size_mb=$cmb_mib")
+fi
+if ((ram_mib > 0)); then
+	# shellcheck disable=SC2054 # QEMU's option values hold commas
+	dev_opts+=(--qemu-opt=-object --qemu-opt="memory-backend-ram,id=rsrdma-p2p,size=${ram_mib}M"
+		--qemu-opt=-device --qemu-opt="ivshmem-plain,memdev=rsrdma-p2p")
 fi
 
 log "booting $(cat "$kdir/include/config/kernel.release") ($accel${icount:+ icount shift $icount}, $cpus vCPUs, $memory) for: $*"

@@ -4,7 +4,9 @@
 #
 # Device memory (the GPUDirect path): PCI peer-to-peer memory straight between a device and the
 # fabric. The stand-in for accelerator memory is the Controller Memory Buffer of an emulated
-# NVMe controller (scripts/vm.sh attaches one), which the NVMe PCI driver publishes as p2pmem. The
+# NVMe controller (scripts/vm.sh attaches one), which the NVMe PCI driver publishes as p2pmem;
+# a second provider, the test-only rsrdma_p2pmem (tests/p2pmem, make p2pmem) over an ivshmem
+# BAR of host RAM, is registered beside it and carries one checkpoint too. The
 # transport registers it with each connection like the pool; direct I/O from a process's mapping
 # of it (/sys/bus/pci/devices/<bdf>/p2pmem/allocate) goes out with a keyed SGL carrying its RKEY,
 # without a copy: the checkpoint example checks every byte of blocks from 4 KiB to 4 MiB and the
@@ -26,7 +28,8 @@ PCI=/sys/bus/pci/devices
 # The NVMe modules back to their defaults: nvme_core (multipath=N) and the PCI driver out.
 nvme_modules_reset() {
 	local m
-	for m in nvme_rsrdma nvme_rdma nvme_fabrics nvme nvme_core; do
+	rsrdma_unload || return 1
+	for m in nvme_rdma nvme_fabrics nvme nvme_core; do
 		module_unload "$m" || return 1
 	done
 }
@@ -34,12 +37,13 @@ cleanup() {
 	hostile_stop
 	teardown_all
 	nvme_modules_reset
+	! _module_loaded rsrdma_p2pmem || rmmod rsrdma_p2pmem
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 ktap_print_header
-ktap_set_plan 12
+ktap_set_plan 13
 
 if ! zgrep -q '^CONFIG_PCI_P2PDMA=y' /proc/config.gz 2>/dev/null; then
 	ktap_skip_all "the kernel has no PCI P2PDMA (CONFIG_PCI_P2PDMA)"
@@ -50,14 +54,20 @@ nvme_modules_reset || bail_out "cannot unload the NVMe modules"
 modprobe nvme_core multipath=N || bail_out "modprobe nvme_core multipath=N failed"
 modprobe nvme || bail_out "modprobe nvme failed"
 
-# provider: the BDF of the PCI device that publishes peer memory.
+# provider DRIVER: the BDF of a PCI device bound to DRIVER that publishes peer memory.
 provider() {
 	local d
-	for d in "$PCI"/*; do
+	for d in "/sys/bus/pci/drivers/${1:-nvme}"/0000:*; do
 		[ "$(cat "$d/p2pmem/published" 2>/dev/null)" = 1 ] && { echo "${d##*/}"; return 0; }
 	done
 	return 1
 }
+P2P_KO=$RSRDMA_REPO/out/p2pmem/rsrdma_p2pmem.ko
+if [ -f "$P2P_KO" ]; then
+	insmod "$P2P_KO" 2>&1 | ktap_diag
+else
+	ktap_diag "$P2P_KO missing (make p2pmem): the RAM-backed provider's case fails"
+fi
 if ! wait_for 30 provider >/dev/null; then
 	lspci -nn 2>/dev/null | ktap_diag
 	ktap_skip_all "no PCI device publishes peer memory (scripts/vm.sh attaches an NVMe controller with a CMB)"
@@ -66,6 +76,8 @@ fi
 BDF=$(provider)
 P2P_SIZE=$(cat "$PCI/$BDF/p2pmem/size")
 ktap_diag "peer memory: $BDF ($(cat "$PCI/$BDF/vendor"):$(cat "$PCI/$BDF/device")), $((P2P_SIZE >> 20)) MiB, $(cat "$PCI/$BDF/p2pmem/available") bytes available"
+RAM_BDF=$(wait_for 10 provider rsrdma_p2pmem >/dev/null && provider rsrdma_p2pmem)
+ktap_diag "RAM-backed test provider: ${RAM_BDF:-none}"
 
 if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -87,6 +99,7 @@ copied() { data_bytes "$stats" | awk '{ print $3 }'; }
 
 registered() {
 	grep '^device memory:' "$stats" | ktap_diag
+	[ -z "$RAM_BDF" ] || grep -q "^device memory: $RAM_BDF, " "$stats" || return 1
 	grep -qE "^device memory: $BDF, $((P2P_SIZE >> 10)) KiB at 0x[0-9a-f]+, reached by the CPU \\(no DMA\\), rkey 0x0*[1-9a-f][0-9a-f]*, registrations 1\$" "$stats" &&
 		since_mark_has "device memory of $BDF: $((P2P_SIZE >> 20)) MiB registered at iova"
 }
@@ -104,6 +117,13 @@ ktap_check "checkpoint from device memory, 1 MiB blocks: every byte checked, non
 	checkpoint 8 1M --expect-zero-copy --offset 16M
 ktap_check "checkpoint from device memory, 4 MiB blocks: every byte checked, none copied" \
 	checkpoint 4 4M --expect-zero-copy --offset 64M
+ram_provider() {
+	[ -n "$RAM_BDF" ] || { echo "no RAM-backed provider (rsrdma_p2pmem over ivshmem)"; return 1; }
+	python3 "$CHECKPOINT" "$dev" --memory device --device "$RAM_BDF" --blocks 8 --block-size 4M \
+		--expect-zero-copy --offset 208M
+}
+ktap_check "checkpoint from the RAM-backed test provider, 4 MiB blocks: every byte, none copied" \
+	ram_provider
 
 # --- bad input ---------------------------------------------------------------------------------
 # One request with a page of device memory and a page of process memory (pwritev/preadv of two
@@ -236,7 +256,7 @@ removed() {
 	timeout 120 sh -c "echo 1 > $PCI/$BDF/remove" || { ktap_diag "the removal did not complete"; rc=1; }
 	wait_for 60 in_state "$ctrl" live || rc=1
 	grep '^device memory:' "$stats" | ktap_diag
-	grep -q "^device memory: none registered" "$stats" || rc=1
+	! grep -q "^device memory: $BDF, " "$stats" || rc=1
 	since_mark_has "provider going away" || rc=1
 	since_mark_has "device memory of $BDF: invalidating rkey" || rc=1
 	python3 "$CHECKPOINT" "$dev" --memory anon --blocks 4 --block-size 1M --offset 200M || rc=1
@@ -250,7 +270,7 @@ ktap_check "provider removed while registered: removal completes, controller liv
 returns() {
 	local out
 	echo 1 >/sys/bus/pci/rescan
-	wait_for 30 provider >/dev/null || { ktap_diag "no provider after the rescan"; return 1; }
+	wait_for 30 provider nvme >/dev/null || { ktap_diag "no provider after the rescan"; return 1; }
 	BDF=$(provider)
 	out=$(checkpoint 1 64K --offset 104M 2>&1) && { echo "$out"; return 1; }
 	echo "before a reset: $out"

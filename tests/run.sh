@@ -181,6 +181,12 @@ if ! phase target target_build; then
 	summary_lines+=("not ok target: cargo build of tests/target failed (target-build.log)")
 fi
 
+# --- the test-only provider of peer-to-peer memory (tests/p2pmem), loaded by 12-device-memory ---
+if ((build_ok)) && ! phase p2pmem make --no-print-directory p2pmem; then
+	failed=$((failed + 1))
+	summary_lines+=("not ok p2pmem: make p2pmem failed")
+fi
+
 # --- install: `make install` into a staging root, the install tree tests/07-install installs and
 # autoloads in the guest ($RSRDMA_OUT/stage there). A failed install is one failed case; the
 # guest test then skips. ---
