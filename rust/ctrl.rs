@@ -128,7 +128,7 @@ pub(crate) struct RdmaCtrl {
     /// before `conn`.
     #[pin]
     peer_regs: RcuSlot<PeerRegs>,
-    /// Registrations of peer memory with this controller's connections so far.
+    /// Connections of this controller that registered peer memory so far.
     peer_registrations: AtomicU64,
     addr: SockAddr,
     src_addr: Option<SockAddr>,
@@ -351,7 +351,7 @@ impl RdmaCtrl {
         self.peer_regs.get(rcu)
     }
 
-    /// Registrations of peer memory with this controller's connections so far.
+    /// Connections of this controller that registered peer memory so far.
     pub(crate) fn peer_registrations(&self) -> u64 {
         self.peer_registrations.load(Ordering::Relaxed)
     }
@@ -804,10 +804,12 @@ impl Ctrl {
             );
             return Err(EAGAIN);
         }
+        // Counted per connection, as the area's: every provider's memory is registered anew with
+        // each.
+        let count = self.peer_registrations.fetch_add(1, Ordering::Relaxed) + 1;
         for r in regs.iter() {
             self.queue(0)
                 .register_region(self, r.region(), "device memory")?;
-            let count = self.peer_registrations.fetch_add(1, Ordering::Relaxed) + 1;
             log_info!(
                 self.core(),
                 "device memory of {}: {} MiB registered at iova {:#x} with rkey {:#x} (reached by {}, registration {})",
