@@ -94,6 +94,7 @@ cleanup() {
 	rsrdma_unload >/dev/null 2>&1
 	module_unload nvme_rdma >/dev/null 2>&1
 	module_unload nvme >/dev/null 2>&1
+	rmmod rsrdma_p2pmem >/dev/null 2>&1
 	bench_target_remove >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
 	rxe_teardown >/dev/null 2>&1
@@ -135,67 +136,78 @@ own_start() {
 }
 
 # The checkpoint of the two data paths for device memory: DEVICE_BLOCKS blocks of 4 MiB in
-# device memory (the emulated NVMe controller's memory buffer that scripts/vm.sh attaches,
-# published as p2pmem by the NVMe PCI driver), written to the 4 MiB target and read back into
-# device memory by scripts/checkpoint.py. nvme_rsrdma sends them straight from device memory and
+# device memory, written to the 4 MiB target and read back into device memory by
+# scripts/checkpoint.py, from each of the two stand-ins scripts/vm.sh attaches: an ivshmem BAR
+# of host RAM published by the test-only tests/p2pmem driver ("device-ram": memory the CPU
+# reaches at memory speed, as a NIC's DMA reaches real device memory), and the emulated NVMe
+# controller's memory buffer published by the NVMe PCI driver ("device-cmb": emulated MMIO,
+# reached one access at a time). nvme_rsrdma sends them straight from device memory and
 # writes them straight into it ("rsrdma"); the host CPU path stages each block through DRAM with
 # a CPU copy and moves it with the C nvme-rdma ("rdma", checkpoint.py --stage), which cannot take
 # device memory. Both against rsrdma-target, one after the other in each round (A B, then B A).
 # nvme_core is reloaded with multipath=N (a 6.12 multipath head takes no P2PDMA pages).
 DEVICE_BLOCKS=${BENCH_DEVICE_BLOCKS:-8}
-p2p_provider() {
+p2p_provider() { # DRIVER
 	local d
-	for d in /sys/bus/pci/devices/*; do
+	for d in "/sys/bus/pci/drivers/$1"/0000:*; do
 		[ "$(cat "$d/p2pmem/published" 2>/dev/null)" = 1 ] && { echo "${d##*/}"; return 0; }
 	done
 	return 1
 }
 device_bench() {
-	local m t r bdf out wr rd ok order dev stage
+	local m t r bdf out wr rd ok order dev stage kind drv
 	declare -A ddevs=()
-	for m in nvme_rsrdma nvme_rdma nvme_fabrics nvme nvme_core; do
+	rsrdma_unload || { note "device: cannot unload nvme_rsrdma"; return 1; }
+	for m in nvme_rdma nvme_fabrics nvme nvme_core; do
 		module_unload "$m" || { note "device: cannot unload $m"; return 1; }
 	done
 	if ! modprobe nvme_core multipath=N || ! modprobe -a nvme nvme-fabrics nvme-rdma || ! rsrdma_load; then
 		note "device: cannot load the NVMe modules"
 		return 1
 	fi
-	wait_for 30 p2p_provider >/dev/null || { note "device: no PCI device publishes p2pmem"; return 1; }
-	bdf=$(p2p_provider)
-	note "device: peer memory of $bdf, $(($(cat "/sys/bus/pci/devices/$bdf/p2pmem/size") >> 20)) MiB"
+	insmod "$RSRDMA_REPO/out/p2pmem/rsrdma_p2pmem.ko" || note "device: no RAM-backed provider (make p2pmem)"
+	wait_for 30 p2p_provider nvme >/dev/null || note "device: the NVMe controller publishes no p2pmem"
+	# Both registered by the connections set up below.
 	own_start || { note "device: rsrdma-target did not start"; return 1; }
 	for t in $TRANSPORTS; do
 		ddevs[$t]=$(connect "$t" "$(own_port "$t")" "$(own_nqn "$t")") ||
 			{ note "device: connect $t failed"; return 1; }
 	done
-	for ((r = 1; r <= ROUNDS; r++)); do
-		order=$TRANSPORTS
-		((r % 2)) || order=$(echo "$TRANSPORTS" | awk '{ for (i = NF; i > 0; i--) printf "%s ", $i }')
-		for t in $order; do
-			dev=${ddevs[$t]} stage=()
-			[ "$t" = rdma ] && stage=(--stage)
-			out=$(python3 "$RSRDMA_REPO/scripts/checkpoint.py" "$dev" --memory device --device "$bdf" \
-				--blocks "$DEVICE_BLOCKS" --block-size 4M --offset "$((r * 64))M" "${stage[@]}" 2>&1)
-			wr=$(sed -n 's/^write: .*, \([0-9.]*\) MiB\/s$/\1/p' <<<"$out")
-			rd=$(sed -n 's/^read: .*, \([0-9.]*\) MiB\/s$/\1/p' <<<"$out")
-			ok=$(grep -c "^verified: $DEVICE_BLOCKS of $DEVICE_BLOCKS blocks" <<<"$out")
-			note "device $t round $r: write ${wr:-?} MiB/s, read ${rd:-?} MiB/s, $(grep '^verified' <<<"$out")"
-			if [ -z "$wr" ] || [ -z "$rd" ] || [ "$ok" != 1 ]; then
-				printf '{"backing": "device", "transport": "%s", "round": %d, "job": "checkpoint", "error": "%s"}\n' \
-					"$t" "$r" "$(tr '"\n' "' " <<<"$out" | cut -c1-300)" >>"$OUTF"
-				continue
-			fi
-			printf '{"backing": "device", "transport": "%s", "round": %d, "job": "ckptwrite4m", "iops": %s, "bw_mib_s": %s}\n' \
-				"$t" "$r" "$(awk -v b="$wr" 'BEGIN { print b / 4 }')" "$wr" >>"$OUTF"
-			printf '{"backing": "device", "transport": "%s", "round": %d, "job": "ckptread4m", "iops": %s, "bw_mib_s": %s}\n' \
-				"$t" "$r" "$(awk -v b="$rd" 'BEGIN { print b / 4 }')" "$rd" >>"$OUTF"
+	for kind in ram cmb; do
+		drv=$([ "$kind" = ram ] && echo rsrdma_p2pmem || echo nvme)
+		bdf=$(p2p_provider "$drv") || { note "device-$kind: no provider"; continue; }
+		note "device-$kind: peer memory of $bdf, $(($(cat "/sys/bus/pci/devices/$bdf/p2pmem/size") >> 20)) MiB"
+		for ((r = 1; r <= ROUNDS; r++)); do
+			order=$TRANSPORTS
+			((r % 2)) || order=$(echo "$TRANSPORTS" | awk '{ for (i = NF; i > 0; i--) printf "%s ", $i }')
+			for t in $order; do
+				dev=${ddevs[$t]} stage=()
+				[ "$t" = rdma ] && stage=(--stage)
+				out=$(python3 "$RSRDMA_REPO/scripts/checkpoint.py" "$dev" --memory device --device "$bdf" \
+					--blocks "$DEVICE_BLOCKS" --block-size 4M --offset "$((r * 64))M" "${stage[@]}" 2>&1)
+				wr=$(sed -n 's/^write: .*, \([0-9.]*\) MiB\/s$/\1/p' <<<"$out")
+				rd=$(sed -n 's/^read: .*, \([0-9.]*\) MiB\/s$/\1/p' <<<"$out")
+				ok=$(grep -c "^verified: $DEVICE_BLOCKS of $DEVICE_BLOCKS blocks" <<<"$out")
+				note "device-$kind $t round $r: write ${wr:-?} MiB/s, read ${rd:-?} MiB/s, $(grep '^verified' <<<"$out")"
+				if [ -z "$wr" ] || [ -z "$rd" ] || [ "$ok" != 1 ]; then
+					printf '{"backing": "device-%s", "transport": "%s", "round": %d, "job": "checkpoint", "error": "%s"}\n' \
+						"$kind" "$t" "$r" "$(tr '"\n' "' " <<<"$out" | cut -c1-300)" >>"$OUTF"
+					continue
+				fi
+				printf '{"backing": "device-%s", "transport": "%s", "round": %d, "job": "ckptwrite4m", "iops": %s, "bw_mib_s": %s}\n' \
+					"$kind" "$t" "$r" "$(awk -v b="$wr" 'BEGIN { print b / 4 }')" "$wr" >>"$OUTF"
+				printf '{"backing": "device-%s", "transport": "%s", "round": %d, "job": "ckptread4m", "iops": %s, "bw_mib_s": %s}\n' \
+					"$kind" "$t" "$r" "$(awk -v b="$rd" 'BEGIN { print b / 4 }')" "$rd" >>"$OUTF"
+			done
 		done
 	done
 	host_disconnect_all >/dev/null
 	own_stop
-	for m in nvme_rsrdma nvme_rdma nvme_fabrics nvme nvme_core; do
+	rsrdma_unload
+	for m in nvme_rdma nvme_fabrics nvme nvme_core; do
 		module_unload "$m"
 	done
+	rmmod rsrdma_p2pmem 2>/dev/null
 	# The other backings, if any come after, load the modules again with their defaults.
 	modprobe -a nvme-fabrics nvme-rdma && rsrdma_load
 }

@@ -247,33 +247,40 @@ clock: QEMU icount, one guest instruction per %d ns of guest time, the vCPUs tak
     # against the host CPU path (staged through DRAM, the C nvme-rdma).
     dev_rows = [("ckptwrite4m", "4M checkpoint write (MiB/s)"),
                 ("ckptread4m", "4M checkpoint read (MiB/s)")]
-    if any(k[0] == "device" for k in data):
+    for backing, what in (("device-ram", "an ivshmem BAR of host RAM, published by the test-only"
+                                         " tests/p2pmem driver"),
+                          ("device-cmb", "an emulated NVMe controller's memory buffer (MMIO)")):
+        if not any(k[0] == backing for k in data):
+            continue
         print()
-        print("device memory: 4 MiB blocks in an emulated NVMe controller's memory buffer (p2pmem),"
-              " to and from")
-        print("  rsrdma-target: nvme_rsrdma straight from and into device memory; the host CPU"
-              " path staged")
-        print("  through DRAM (a CPU copy each way) with the C nvme-rdma")
+        print("device memory (%s): %s;" % (backing, what))
+        print("  4 MiB blocks to and from rsrdma-target: nvme_rsrdma straight from and into device"
+              " memory, the host")
+        print("  CPU path staged through DRAM (a CPU copy each way) with the C nvme-rdma")
         print("%-38s %10s %10s %7s %11s" % ("figure", "direct", "staged", "ratio", "per round"))
         for job, label in dev_rows:
-            a = med("device", "rsrdma", job, "bw_mib_s")
-            b = med("device", "rdma", job, "bw_mib_s")
+            a = med(backing, "rsrdma", job, "bw_mib_s")
+            b = med(backing, "rdma", job, "bw_mib_s")
             if a is None and b is None:
                 continue
-            pairs = paired("device", job, "bw_mib_s")
+            pairs = paired(backing, job, "bw_mib_s")
             ratio = statistics.median(pairs) if pairs else (a / b if a is not None and b else None)
             print("%-38s %10s %10s %7s %11s" % (
                 label, "-" if a is None else "%.1f" % a, "-" if b is None else "%.1f" % b,
                 "-" if ratio is None else "%.2fx" % ratio,
                 "%.2f-%.2f" % (min(pairs), max(pairs)) if pairs else "-"))
-            out["figures"].append({"backing": "device", "figure": label, "job": job,
+            out["figures"].append({"backing": backing, "figure": label, "job": job,
                                    "metric": "bw_mib_s", "rsrdma": a, "area": None, "c_rdma": b,
                                    "ratio_rsrdma_over_c": ratio, "round_ratios": pairs,
                                    "ratio_area_over_c": None, "area_round_ratios": [],
                                    "higher_is_better": True, "pct_of_raw_rxe": None,
                                    "c_path": "staged through DRAM"})
-            goals.append(("device: %s >= staged" % label, ratio, lambda v: v >= 1.0))
+            if backing == "device-ram":
+                goals.append(("%s: %s >= staged" % (backing, label), ratio, lambda v: v >= 1.0))
+    # The CMB rows measure QEMU's emulation of MMIO more than the transports (see testing.rst):
+    # reported, not held to a goal.
     below = [f for f in out["figures"] if f["ratio_rsrdma_over_c"] is not None and
+             f["backing"] != "device-cmb" and
              "CPU" not in f["figure"] and
              (f["ratio_rsrdma_over_c"] < 1.0 if f["higher_is_better"] else f["ratio_rsrdma_over_c"] > 1.0)]
     print()
