@@ -137,7 +137,7 @@ own_start() {
 
 # The checkpoint of the two data paths for device memory: DEVICE_BLOCKS blocks of 4 MiB in
 # device memory, written to the 4 MiB target and read back into device memory by
-# scripts/checkpoint.py, from each of the two stand-ins scripts/vm.sh attaches: an ivshmem BAR
+# scripts/checkpoint.py, four blocks in flight (as the 4 MiB fio jobs), from each of the two stand-ins scripts/vm.sh attaches: an ivshmem BAR
 # of host RAM published by the test-only tests/p2pmem driver ("device-ram": memory the CPU
 # reaches at memory speed, as a NIC's DMA reaches real device memory), and the emulated NVMe
 # controller's memory buffer published by the NVMe PCI driver ("device-cmb": emulated MMIO,
@@ -184,7 +184,8 @@ device_bench() {
 				dev=${ddevs[$t]} stage=()
 				[ "$t" = rdma ] && stage=(--stage)
 				out=$(python3 "$RSRDMA_REPO/scripts/checkpoint.py" "$dev" --memory device --device "$bdf" \
-					--blocks "$DEVICE_BLOCKS" --block-size 4M --offset "$((r * 64))M" "${stage[@]}" 2>&1)
+					--blocks "$DEVICE_BLOCKS" --block-size 4M --offset "$((r * 64))M" --depth 4 \
+					"${stage[@]}" 2>&1)
 				wr=$(sed -n 's/^write: .*, \([0-9.]*\) MiB\/s$/\1/p' <<<"$out")
 				rd=$(sed -n 's/^read: .*, \([0-9.]*\) MiB\/s$/\1/p' <<<"$out")
 				ok=$(grep -c "^verified: $DEVICE_BLOCKS of $DEVICE_BLOCKS blocks" <<<"$out")

@@ -245,8 +245,8 @@ clock: QEMU icount, one guest instruction per %d ns of guest time, the vCPUs tak
                           lambda v: v >= 1.25))
     # Device memory (issue 43): the checkpoint sent straight from device memory by nvme_rsrdma
     # against the host CPU path (staged through DRAM, the C nvme-rdma).
-    dev_rows = [("ckptwrite4m", "4M checkpoint write (MiB/s)"),
-                ("ckptread4m", "4M checkpoint read (MiB/s)")]
+    dev_rows = [("ckptwrite4m", "4M checkpoint write QD4 (MiB/s)"),
+                ("ckptread4m", "4M checkpoint read QD4 (MiB/s)")]
     for backing, what in (("device-ram", "an ivshmem BAR of host RAM, published by the test-only"
                                          " tests/p2pmem driver"),
                           ("device-cmb", "an emulated NVMe controller's memory buffer (MMIO)")):

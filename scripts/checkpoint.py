@@ -30,8 +30,10 @@ moved from the area (or device memory).
 """
 
 import argparse
+import concurrent.futures
 import mmap
 import os
+import queue
 import random
 import re
 import struct
@@ -125,6 +127,8 @@ def main():
     ap.add_argument("--stage", action="store_true",
                     help="stage each block through a DRAM buffer with a CPU copy (the host CPU "
                          "path, with --memory device)")
+    ap.add_argument("--depth", type=int, default=1,
+                    help="blocks in flight at once, each from a thread of its own (default 1)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--expect-zero-copy", action="store_true",
                     help="fail unless every byte moved from the area and none was copied")
@@ -132,6 +136,8 @@ def main():
 
     bs, n = args.block_size, args.blocks
     total = bs * n
+    if args.depth < 1:
+        sys.exit("--depth: at least 1")
     if args.stage and args.memory != "device":
         sys.exit("--stage stages device memory: use it with --memory device")
     if n <= 0 or bs <= 0 or bs % 4096 or args.offset % 4096 or args.area_offset % 4096:
@@ -169,51 +175,74 @@ def main():
 
     fd = os.open(args.namespace, os.O_RDWR | os.O_DIRECT)
     before = counters(ctrls)
-    # The DRAM buffer of --stage: what the I/O goes from and into, one block.
-    stage = memoryview(mmap.mmap(-1, bs)) if args.stage else None
+    # The DRAM buffers of --stage, one per I/O in flight: what the I/O goes from and into.
+    free = queue.Queue()
+    if args.stage:
+        for _ in range(args.depth):
+            free.put(memoryview(mmap.mmap(-1, bs)))
 
-    def io_buf(i):
-        """The buffer block i's I/O uses: its place in the memory, or the staging buffer."""
-        return stage if stage is not None else view[i * bs:(i + 1) * bs]
+    def write_block(i):
+        """Writes block i (from its staging buffer, copied there first, with --stage)."""
+        block = view[i * bs:(i + 1) * bs]
+        buf = free.get() if args.stage else block
+        try:
+            if args.stage:
+                buf[:] = block
+            if os.pwrite(fd, buf, args.offset + i * bs) != bs:
+                return f"short write of block {i}"
+        except OSError as e:
+            return f"write of block {i} from {area}: {e}"
+        finally:
+            if args.stage:
+                free.put(buf)
+        return None
+
+    def read_block(i):
+        """Reads block i back (into its staging buffer, then copied, with --stage)."""
+        block = view[i * bs:(i + 1) * bs]
+        buf = free.get() if args.stage else block
+        try:
+            if os.preadv(fd, [buf], args.offset + i * bs) != bs:
+                return f"short read of block {i}"
+            if args.stage:
+                block[:] = buf
+        except OSError as e:
+            return f"read of block {i} into {area}: {e}"
+        finally:
+            if args.stage:
+                free.put(buf)
+        return None
+
+    def run(fn):
+        """fn over every block, --depth at a time; exits at the first error."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.depth) as pool:
+            for err in pool.map(fn, range(n)):
+                if err:
+                    sys.exit(err)
 
     for i in range(n):
         view[i * bs:(i + 1) * bs] = pattern(i, bs, args.seed)
     t0 = time.monotonic()
-    for i in range(n):
-        if stage is not None:
-            stage[:] = view[i * bs:(i + 1) * bs]
-        try:
-            if os.pwrite(fd, io_buf(i), args.offset + i * bs) != bs:
-                sys.exit(f"short write of block {i}")
-        except OSError as e:
-            sys.exit(f"write of block {i} from {area}: {e}")
+    run(write_block)
     os.fsync(fd)
     t_write = time.monotonic() - t0
 
     view[:] = bytes(total)
     t0 = time.monotonic()
-    for i in range(n):
-        try:
-            if os.preadv(fd, [io_buf(i)], args.offset + i * bs) != bs:
-                sys.exit(f"short read of block {i}")
-        except OSError as e:
-            sys.exit(f"read of block {i} into {area}: {e}")
-        if stage is not None:
-            view[i * bs:(i + 1) * bs] = stage
+    run(read_block)
     t_read = time.monotonic() - t0
     after = counters(ctrls)
     os.close(fd)
 
     good = sum(view[i * bs:(i + 1) * bs] == pattern(i, bs, args.seed) for i in range(n))
-    if stage is not None:
-        stage.release()
+    if args.stage:
         area += ", staged through DRAM"
     view.release()
     mem.close()
 
     mib = total / (1 << 20)
     print(f"checkpoint of {n} x {bs >> 10} KiB from {area} to {args.namespace} "
-          f"at offset {args.offset}")
+          f"at offset {args.offset}, {args.depth} at a time")
     print(f"write: {mib:.1f} MiB in {t_write:.3f} s, {mib / t_write:.1f} MiB/s")
     print(f"read:  {mib:.1f} MiB in {t_read:.3f} s, {mib / t_read:.1f} MiB/s")
     print(f"verified: {good} of {n} blocks, {good * bs} of {total} bytes")
