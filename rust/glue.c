@@ -335,12 +335,15 @@ int rsrdma_p2p_reach(struct ib_device *dev, struct pci_dev *provider)
 int rsrdma_p2p_map(struct ib_device *dev, struct sg_table *sgt, unsigned long pfn,
 		   unsigned long nr_pages, unsigned int piece_shift)
 {
-	unsigned long per = 1UL << (piece_shift - PAGE_SHIFT);
 	struct scatterlist *sg;
+	unsigned long per;
 	unsigned int i, n;
 	int ret;
 
-	if (piece_shift < PAGE_SHIFT || piece_shift > 31 || !nr_pages || nr_pages % per)
+	if (piece_shift < PAGE_SHIFT || piece_shift > 31)
+		return -EINVAL;
+	per = 1UL << (piece_shift - PAGE_SHIFT);
+	if (!nr_pages || nr_pages % per || nr_pages / per > UINT_MAX)
 		return -EINVAL;
 	n = nr_pages / per;
 	ret = sg_alloc_table(sgt, n, GFP_KERNEL);
