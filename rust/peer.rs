@@ -49,9 +49,13 @@ impl Providers {
         )?)
     }
 
-    /// Stops watching (module unload, once no controller is left).
+    /// Stops watching (module unload, once no controller is left). The notifier is taken off
+    /// the bus first, which waits for a running call: the last reference to the list is then
+    /// never dropped inside the notifier chain, whose lock its unregistration takes.
     pub(crate) fn withdraw() {
-        drop(PROVIDERS.withdraw());
+        if let Some(p) = PROVIDERS.withdraw() {
+            p.watch.unregister();
+        }
     }
 
     /// Whether `p` is going away.
@@ -87,10 +91,13 @@ impl ProviderHandler for Providers {
         if !leaving.contains(&provider) {
             return;
         }
-        let mut kept = KVec::new();
+        // Out of memory, the list stays as it is (the provider listed, its memory not
+        // registered again until the module is reloaded), never shorter than it should be.
+        let Ok(mut kept) = KVec::with_capacity(leaving.len(), GFP_KERNEL) else {
+            return;
+        };
         for &l in leaving.iter().filter(|&&l| l != provider) {
-            // Out of memory, a provider stays listed: its memory is not registered again
-            // until the module is reloaded.
+            // Within the capacity: cannot fail.
             let _ = kept.push(l, GFP_KERNEL);
         }
         *leaving = kept;
@@ -99,6 +106,8 @@ impl ProviderHandler for Providers {
 
 /// The largest MR page the registrations use: a page list entry per 2 GiB at most.
 const MAX_PAGE: u64 = 1 << 31;
+/// The same for a device that reaches the memory through the kernel's linear map.
+const MAX_CPU_PAGE: u64 = 1 << 30;
 
 /// One provider's memory registered with a connection.
 pub(crate) struct PeerReg {
@@ -152,16 +161,27 @@ impl PeerRegs {
             let reg = mem.reach(dev).and_then(|reach| {
                 // The largest page size the device supports that the memory's place and size
                 // are aligned to (at most `MAX_PAGE`).
+                // A device without DMA addresses the memory by its kernel address, which the
+                // kernel's linear map aligns as it aligns the physical one up to a PUD (1 GiB).
+                let max = if reach == Reach::Cpu {
+                    MAX_CPU_PAGE
+                } else {
+                    MAX_PAGE
+                };
                 let align = mem
                     .phys()
                     .trailing_zeros()
                     .min(mem.len().trailing_zeros())
-                    .min(MAX_PAGE.trailing_zeros());
+                    .min(max.trailing_zeros());
                 let sizes = caps & ((2u64 << align) - 1);
                 if sizes == 0 {
                     return Err(EINVAL);
                 }
-                let map = PeerMap::map(dev, mem.clone(), 63 - sizes.leading_zeros())?;
+                let shift = 63 - sizes.leading_zeros();
+                if mem.len() >> shift > u64::from(dev.max_fast_reg_page_list_len()) {
+                    return Err(EINVAL);
+                }
+                let map = PeerMap::map(dev, mem.clone(), shift)?;
                 let region = Arc::new(MemoryRegion::new_peer(pd, map)?, GFP_KERNEL)?;
                 Ok(PeerReg {
                     mem: mem.clone(),

@@ -22,6 +22,7 @@ use super::mem::Locate;
 use super::rdma::{Device, DeviceRef};
 use core::marker::PhantomData;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::ffi::{c_int, c_ulong, c_void};
 use kernel::prelude::*;
 use kernel::str::CStr;
@@ -37,8 +38,8 @@ pub(crate) struct Provider(usize);
 pub(crate) enum Reach {
     /// By DMA, the peer-to-peer way (the distance check passed).
     Dma,
-    /// By the CPU, through the kernel's mapping of the memory: a device without DMA (soft-RoCE
-    /// and siw copy packets with the CPU, their "DMA addresses" being kernel addresses).
+    /// By the CPU, through the kernel's mapping of the memory: soft-RoCE, which has no DMA (its
+    /// "DMA addresses" are kernel addresses) and copies payloads into its packets with the CPU.
     Cpu,
 }
 
@@ -246,11 +247,14 @@ pub(crate) trait ProviderHandler: Send + Sync + 'static {
 /// # Invariants
 ///
 /// `nb` is registered as a notifier of the PCI bus with [`pci_bus_event::<H>`] from
-/// initialization until `drop` unregisters it.
+/// initialization until `registered` is cleared, by [`ProviderWatch::unregister`] or `drop`,
+/// which unregister it.
 #[pin_data(PinnedDrop)]
 pub(crate) struct ProviderWatch<H: ProviderHandler> {
     #[pin]
     nb: Opaque<bindings::notifier_block>,
+    /// Whether `nb` is still registered (see [`ProviderWatch::unregister`]).
+    registered: AtomicBool,
     _handler: PhantomData<H>,
 }
 
@@ -263,6 +267,7 @@ impl<H: ProviderHandler> ProviderWatch<H> {
     /// Starts watching the PCI bus.
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
+            registered: AtomicBool::new(true),
             _handler: PhantomData,
             // SAFETY: the block is initialized in place, then registered; it stays pinned
             // until `drop` unregisters it. On failure it was not registered.
@@ -280,12 +285,21 @@ impl<H: ProviderHandler> ProviderWatch<H> {
     }
 }
 
+impl<H: ProviderHandler> ProviderWatch<H> {
+    /// Stops the watch: unregisters the notifier, waiting for a call that runs. Must not be
+    /// called from the handler (the chain's lock is held there).
+    pub(crate) fn unregister(&self) {
+        if self.registered.swap(false, Ordering::AcqRel) {
+            // SAFETY: registered until now (type invariant), unregistered once (the flag).
+            unsafe { bindings::rsrdma_pci_bus_notifier(self.nb.get(), false) };
+        }
+    }
+}
+
 #[pinned_drop]
 impl<H: ProviderHandler> PinnedDrop for ProviderWatch<H> {
     fn drop(self: Pin<&mut Self>) {
-        // SAFETY: registered since initialization (type invariant); unregistering waits for
-        // running calls.
-        unsafe { bindings::rsrdma_pci_bus_notifier(self.nb.get(), false) };
+        self.unregister();
     }
 }
 
