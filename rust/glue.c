@@ -305,25 +305,36 @@ void rsrdma_p2p_put(struct dev_pagemap *pgmap)
 	put_dev_pagemap(pgmap);
 }
 
+/*
+ * Whether @dev reaches peer memory through the kernel's mapping of it: soft-RoCE, which copies
+ * every payload into or out of its packets with the CPU. Not siw, the other virtual-DMA
+ * device: it hands pages to the network stack as they are, for a NIC to map without P2P
+ * awareness.
+ */
+static bool rsrdma_ib_cpu_reach(struct ib_device *dev)
+{
+	return ib_uses_virt_dma(dev) && dev->ops.driver_id == RDMA_DRIVER_RXE;
+}
+
 /* Whether @dev may be given peer memory at all (see rsrdma_p2p_reach() for one provider's). */
 bool rsrdma_ib_p2p_capable(struct ib_device *dev)
 {
 	return IS_ENABLED(CONFIG_PCI_P2PDMA) &&
-	       (ib_uses_virt_dma(dev) || ib_dma_pci_p2p_dma_supported(dev));
+	       (rsrdma_ib_cpu_reach(dev) || ib_dma_pci_p2p_dma_supported(dev));
 }
 
 /*
  * Whether @dev can reach @provider's memory: 1 by DMA (the P2P distance check passes), 2 by
- * the CPU (a device without DMA, such as soft-RoCE, whose "DMA addresses" are kernel virtual
- * addresses: peer memory is in the kernel's linear map), or a negative errno.
+ * the CPU (soft-RoCE, whose "DMA addresses" are kernel virtual addresses: peer memory is in
+ * the kernel's linear map), or a negative errno. The caller says why in its own log line.
  */
 int rsrdma_p2p_reach(struct ib_device *dev, struct pci_dev *provider)
 {
-	if (ib_uses_virt_dma(dev))
+	if (rsrdma_ib_cpu_reach(dev))
 		return 2;
 	if (!ib_dma_pci_p2p_dma_supported(dev))
 		return -EREMOTEIO;
-	return pci_p2pdma_distance(provider, dev->dma_device, true) < 0 ? -EREMOTEIO : 1;
+	return pci_p2pdma_distance(provider, dev->dma_device, false) < 0 ? -EREMOTEIO : 1;
 }
 
 /*
@@ -372,16 +383,20 @@ int rsrdma_pci_bus_notifier(struct notifier_block *nb, bool on)
 
 /*
  * What a PCI bus event @action on device @data means for peer memory: 1 when its driver is
- * about to be unbound (and so to release the memory it published), 2 when that is done or
- * the device is gone, 0 otherwise. The device is stored in @pdev.
+ * about to release the memory it published (it is being unbound, or its probe failed after
+ * publishing: the cleanup that follows releases it without an unbind event), 2 when that is
+ * done, the device is gone, or a driver is being bound anew, 0 otherwise. The device is
+ * stored in @pdev.
  */
 int rsrdma_pci_bus_event(unsigned long action, void *data, struct pci_dev **pdev)
 {
 	*pdev = to_pci_dev((struct device *)data);
 	switch (action) {
 	case BUS_NOTIFY_UNBIND_DRIVER:
+	case BUS_NOTIFY_DRIVER_NOT_BOUND:
 		return 1;
 	case BUS_NOTIFY_UNBOUND_DRIVER:
+	case BUS_NOTIFY_BIND_DRIVER:
 	case BUS_NOTIFY_DEL_DEVICE:
 		return 2;
 	default:

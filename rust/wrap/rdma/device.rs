@@ -98,8 +98,9 @@ impl Device {
     }
 
     /// Whether the device may be given PCI peer-to-peer memory at all: it maps it for DMA the
-    /// peer-to-peer way, or it has no DMA and reaches memory through the kernel's mapping
-    /// (soft-RoCE, siw). Whether it reaches one provider's is [`crate::wrap::peer_mem`]'s.
+    /// peer-to-peer way, or it is soft-RoCE, which copies payloads with the CPU through the
+    /// kernel's mapping (not siw). Whether it reaches one provider's is
+    /// [`crate::wrap::peer_mem`]'s.
     pub(crate) fn takes_peer_mem(&self) -> bool {
         // SAFETY: a registered device (type invariant).
         unsafe { bindings::rsrdma_ib_p2p_capable(self.as_ptr()) }
