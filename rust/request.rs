@@ -380,8 +380,27 @@ fn map_command<'q>(
     let mut data = Data::None;
     let desc = if len == 0 {
         KeyedSgl::default().encode()
+    } else if let Some((reg, slice)) = in_area(ctrl, qid, rq, len, rcu) {
+        req.set_data(Some(Held::Area(slice)));
+        // As for the pool: the device owns the pages until the response.
+        reg.sync_for_device(slice);
+        let (addr, key) = (reg.iova(slice.offset), reg.region().rkey());
+        dbg_event!(
+            Io,
+            ctrl.core(),
+            "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} (area, no copy)",
+            qid,
+            tag,
+            addr,
+            len,
+            key
+        );
+        queue.stats().moved_area(len);
+        keyed(addr, len, key)
     } else if in_peer_mem(ctrl, qid, rq)? {
         // Peer memory goes out from its registration or not at all: the CPU must not copy it.
+        // Asked after the area, whose walk of the request's pages already tells its data is
+        // no peer memory: the zero-copy path walks them once.
         let (r, offset) = ctrl
             .peer_regs(rcu)
             .and_then(|regs| regs.find(rq))
@@ -408,23 +427,6 @@ fn map_command<'q>(
             r.mem().name()
         );
         queue.stats().moved_peer(len);
-        keyed(addr, len, key)
-    } else if let Some((reg, slice)) = in_area(ctrl, qid, rq, len, rcu) {
-        req.set_data(Some(Held::Area(slice)));
-        // As for the pool: the device owns the pages until the response.
-        reg.sync_for_device(slice);
-        let (addr, key) = (reg.iova(slice.offset), reg.region().rkey());
-        dbg_event!(
-            Io,
-            ctrl.core(),
-            "queue {} tag {}: keyed sgl addr {:#x} len {} key {:#x} (area, no copy)",
-            qid,
-            tag,
-            addr,
-            len,
-            key
-        );
-        queue.stats().moved_area(len);
         keyed(addr, len, key)
     } else if let Some(maps) = own_pages(ctrl, queue, conn, rq, len, is_write) {
         data = Data::Pages(maps);
