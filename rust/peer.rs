@@ -160,9 +160,9 @@ impl PeerRegs {
             }
             let reg = mem.reach(dev).and_then(|reach| {
                 // The largest page size the device supports that the memory's place and size
-                // are aligned to (at most `MAX_PAGE`).
-                // A device without DMA addresses the memory by its kernel address, which the
-                // kernel's linear map aligns as it aligns the physical one up to a PUD (1 GiB).
+                // are aligned to, at most `MAX_PAGE`; `MAX_CPU_PAGE` for a device without DMA,
+                // which addresses the memory by its kernel address: the linear map aligns that
+                // as it aligns the physical one only up to a PUD (1 GiB).
                 let max = if reach == Reach::Cpu {
                     MAX_CPU_PAGE
                 } else {
