@@ -13,7 +13,7 @@ use crate::area::Area;
 use crate::clock::now_ms;
 use crate::devices;
 use crate::peer::PeerRegs;
-use crate::pool::{MemReg, Pool, PoolConfig, MAX_IO_BYTES};
+use crate::pool::{self, MemReg, Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
 use crate::proto::buddy::BUDDY_MAX_AREA;
 use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
@@ -33,7 +33,7 @@ use crate::wrap::nvme::{
 };
 use crate::wrap::params;
 use crate::wrap::peer_mem::Provider;
-use crate::wrap::rdma::{Device, DeviceId, Pd};
+use crate::wrap::rdma::{Access, Device, DeviceId, Pd};
 use crate::wrap::sync::{
     new_irq_lock, new_rcu_slot, Completion, IrqLock, Rcu, RcuReadGuard, RcuSlot, Retired,
 };
@@ -94,7 +94,8 @@ struct Recovery {
     policy: Policy,
     current: Option<Reconnect>,
     lost_at: Option<Ktime>,
-    last_rkey: u32,
+    /// The pool's RKEYs of the last connection (by `pool::Dir`), zero before the first.
+    last_rkeys: [u32; 2],
 }
 
 /// An NVMe over RDMA controller: the transport's data of a [`Ctrl`].
@@ -106,9 +107,10 @@ pub(crate) struct RdmaCtrl {
     reconnect_gate: IrqLock<bool>,
     /// Queue 0 is the admin queue. Dropped before `conn`, `reg` and `pool`.
     queues: KVec<Pin<KBox<Queue>>>,
-    /// The pool's registration on the current connection; dropped before `conn`.
+    /// The registrations of the pool's halves on the current connection; dropped before
+    /// `conn`.
     #[pin]
-    reg: RcuSlot<MemReg>,
+    reg: RcuSlot<PoolReg>,
     #[pin]
     conn: RcuSlot<CtrlConn>,
     #[pin]
@@ -152,8 +154,6 @@ pub(crate) struct RdmaCtrl {
     reconnects: AtomicU64,
     #[pin]
     stats: CtrlStats,
-    /// RKEY of the pool's current registration, 0 when not registered.
-    rkey: AtomicU32,
     /// The controller's debugfs directory, which holds a reference to it until deletion.
     #[pin]
     debugfs: Mutex<Option<ShowDir<CtrlRef<RdmaCtrl>>>>,
@@ -277,10 +277,9 @@ impl RdmaCtrl {
             conn_dev: AtomicUsize::new(DeviceId::NONE.to_bits()),
             conn_port: AtomicU32::new(0),
             released <- Completion::new(),
-            recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkey: 0 }),
+            recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkeys: [0; 2] }),
             reconnects: AtomicU64::new(0),
             stats <- CtrlStats::new(),
-            rkey: AtomicU32::new(0),
             debugfs <- kernel::new_mutex!(None),
         }? Error);
         let ctrl = Controller::create(args, name, nr_io + 1, (io_depth - 1) as u16, data)?;
@@ -377,9 +376,11 @@ impl RdmaCtrl {
         self.reconnects.load(Ordering::Relaxed)
     }
 
-    /// RKEY of the pool's current registration, 0 when not registered.
-    pub(crate) fn rkey(&self) -> u32 {
-        self.rkey.load(Ordering::Relaxed)
+    /// The RKEYs of the pool's halves (by `pool::Dir`), if registered on a connection.
+    pub(crate) fn pool_rkeys(&self) -> Option<[u32; 2]> {
+        let rcu = RcuReadGuard::new();
+        let reg = self.reg(&rcu)?;
+        Some(pool::Dir::ALL.map(|d| reg.half(d).region().rkey()))
     }
 
     pub(crate) fn queue(&self, qid: u16) -> &Queue {
@@ -434,8 +435,8 @@ impl RdmaCtrl {
             && len <= self.inline_size.load(Ordering::Relaxed)
     }
 
-    /// The pool registration of the current connection.
-    pub(crate) fn reg<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a MemReg> {
+    /// The pool's registrations on the current connection.
+    pub(crate) fn reg<'a>(&'a self, rcu: &'a Rcu) -> Option<&'a PoolReg> {
         self.reg.get(rcu)
     }
 
@@ -743,7 +744,10 @@ impl Ctrl {
         Ok(())
     }
 
-    /// Maps and registers the pool on the admin queue's connection.
+    /// Maps and registers the pool's halves on the admin queue's connection, each with only
+    /// the access its direction needs. The half a target reads is cleared first if an earlier
+    /// connection had it registered: the new key must not reach what the last association
+    /// was sent.
     fn register_pool(&self) -> Result {
         let pd = self
             .conn
@@ -751,36 +755,54 @@ impl Ctrl {
             .get()
             .map(|c| c.pd.clone())
             .ok_or(errno::ENOTCONN())?;
+        let last = self.recovery.lock().last_rkeys;
+        if last[0] != 0 {
+            let start = Ktime::ktime_get();
+            self.pool.clear(pool::Dir::ToTarget);
+            let us = (Ktime::ktime_get() - start).to_ns() / 1000;
+            log_info!(
+                self.core(),
+                "pool: cleared the {} KiB half for {} before registering it again ({} us)",
+                self.pool.half_size() >> 10,
+                pool::Dir::ToTarget.as_str(),
+                us
+            );
+        }
         let reg = self.pool.map(&pd)?;
-        // Installed before its registration request is posted, so that the I/O path finds it
-        // once the queues go live; the request holds the region until it completes.
+        // Installed before the registration requests are posted, so that the I/O path finds
+        // them once the queues go live; each request holds its region until it completes.
         let mut w = self.reg.write();
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
-        self.queue(0).register_region(self, reg.region(), "pool")?;
-        let region = reg.region();
-        let (rkey, iova, len) = (region.rkey(), region.iova(), region.length());
-        let mut rec = self.recovery.lock();
-        if rec.last_rkey != 0 && rec.last_rkey != rkey {
-            log_info!(
+        let mut rkeys = [0; 2];
+        for dir in pool::Dir::ALL {
+            let region = reg.half(dir).region();
+            self.queue(0)
+                .register_region(self, region, dir.access(), "pool")?;
+            let (rkey, iova, len) = (region.rkey(), region.iova(), region.length());
+            rkeys[dir as usize] = rkey;
+            if last[dir as usize] != 0 && last[dir as usize] != rkey {
+                log_info!(
+                    self.core(),
+                    "pool re-registered: {}: rkey {:#x} -> {:#x}",
+                    dir.as_str(),
+                    last[dir as usize],
+                    rkey
+                );
+            }
+            dbg_event!(
+                Pool,
                 self.core(),
-                "pool re-registered: rkey {:#x} -> {:#x}",
-                rec.last_rkey,
+                "registered {} KiB for {} at iova {:#x} length {} with rkey {:#x}",
+                self.pool.half_size() >> 10,
+                dir.as_str(),
+                iova,
+                len,
                 rkey
             );
         }
-        rec.last_rkey = rkey;
-        drop(rec);
-        self.rkey.store(rkey, Ordering::Relaxed);
-        dbg_event!(
-            Pool,
-            self.core(),
-            "registered {} KiB at iova {:#x} length {} with rkey {:#x}",
-            self.pool.total_size() >> 10,
-            iova,
-            len,
-            rkey
-        );
+        drop(w);
+        self.recovery.lock().last_rkeys = rkeys;
         self.register_area(&pd)?;
         self.register_peer_mem(&pd)
     }
@@ -819,7 +841,7 @@ impl Ctrl {
         let count = self.peer_registrations.fetch_add(1, Ordering::Relaxed) + 1;
         for r in regs.iter() {
             self.queue(0)
-                .register_region(self, r.region(), "device memory")?;
+                .register_region(self, r.region(), Access::BOTH_WAYS, "device memory")?;
             log_info!(
                 self.core(),
                 "device memory of {}: {} MiB registered at iova {:#x} with rkey {:#x} (reached by {}, registration {})",
@@ -843,7 +865,8 @@ impl Ctrl {
         let mut w = self.area_reg.write();
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
-        self.queue(0).register_region(self, reg.region(), "area")?;
+        self.queue(0)
+            .register_region(self, reg.region(), Access::BOTH_WAYS, "area")?;
         let count = self.area_registrations.fetch_add(1, Ordering::Relaxed) + 1;
         let region = reg.region();
         log_info!(
@@ -864,12 +887,15 @@ impl Ctrl {
         let reg = {
             let mut w = self.reg.write();
             if let Some(reg) = w.get() {
-                dbg_event!(
-                    Pool,
-                    self.core(),
-                    "invalidating rkey {:#x} (MR deregistered)",
-                    reg.region().rkey()
-                );
+                for dir in pool::Dir::ALL {
+                    dbg_event!(
+                        Pool,
+                        self.core(),
+                        "invalidating rkey {:#x} (MR deregistered) of the half for {}",
+                        reg.half(dir).region().rkey(),
+                        dir.as_str()
+                    );
+                }
             }
             w.take()
         };

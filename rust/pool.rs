@@ -3,21 +3,71 @@
 //! The controller's registered buffer pool: its memory, its slice allocators and its RDMA
 //! registration.
 //!
-//! The memory is allocated (zeroed) once per controller and kept across reconnects; it is
-//! DMA-mapped and registered as one fast-registration MR per connection, and deregistered
-//! (its RKEY invalidated) whenever the connection goes away. The layout and the allocators are
-//! the pure logic of `proto::pool`.
+//! The pool is two halves of the same layout, one per direction of the data ([`Dir`]): the
+//! data of host writes, which the target only reads, and the data of host reads, which the
+//! target only writes. Each half is registered as a memory region of its own with only that
+//! access, so the key of one half never lets a target write what it is sent or read what it
+//! is meant to fill.
+//!
+//! The memory is allocated (zeroed) once per controller and kept across reconnects; each half
+//! is DMA-mapped and registered as one fast-registration MR per connection, and deregistered
+//! (its RKEY invalidated) whenever the connection goes away. Before the half a target may read
+//! is registered again it is cleared, so nothing of one association is readable through the
+//! key of the next. The layout and the allocators are the pure logic of `proto::pool`.
 
 use crate::clock::now_ms;
 use crate::proto::buddy::Buddy;
 use crate::proto::pool::{map_size, mr_page_size, PoolLayout, PoolParams, QueueParams, Slice};
 use crate::wrap::log::{log_err, Prefix};
 use crate::wrap::mem::ChunkSet;
-use crate::wrap::rdma::{ChunkMaps, MemoryRegion, Pd};
+use crate::wrap::rdma::{Access, ChunkMaps, MemoryRegion, Pd};
 use crate::wrap::sync::{new_irq_lock, IrqLock};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::prelude::*;
 use kernel::sync::Arc;
+
+/// Which way a command's data goes, and so which half of the pool holds it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Dir {
+    /// The data of a host write: the target reads it (RDMA READ) and may not write it.
+    ToTarget,
+    /// The data of a host read: the target writes it (RDMA WRITE) and may not read it.
+    FromTarget,
+}
+
+impl Dir {
+    /// Both, in the order the halves are shown.
+    pub(crate) const ALL: [Dir; 2] = [Dir::ToTarget, Dir::FromTarget];
+
+    /// The direction of a command's data.
+    pub(crate) fn of(is_write: bool) -> Self {
+        if is_write {
+            Dir::ToTarget
+        } else {
+            Dir::FromTarget
+        }
+    }
+
+    /// What the half's registration lets the device and the target do.
+    pub(crate) fn access(self) -> Access {
+        match self {
+            Dir::ToTarget => Access::TARGET_READS,
+            Dir::FromTarget => Access::TARGET_WRITES,
+        }
+    }
+
+    /// The half, for the log and debugfs.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Dir::ToTarget => "host writes (target reads)",
+            Dir::FromTarget => "host reads (target writes)",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
 
 /// The largest transfer of one command: the transport's own limit (the core clamps it further
 /// to the controller's MDTS).
@@ -42,15 +92,58 @@ pub(crate) struct PoolConfig {
     pub(crate) numa_node: i32,
 }
 
-/// The pool memory of one controller and its allocators.
+/// One half of the pool: its memory and its large areas' allocators.
 #[pin_data]
-pub(crate) struct Pool {
-    layout: PoolLayout,
+struct Half {
     mem: Arc<ChunkSet>,
     #[pin]
     admin_large: IrqLock<KBox<Buddy>>,
     #[pin]
     io_large: IrqLock<KBox<Buddy>>,
+}
+
+impl Half {
+    fn new(layout: &PoolLayout, mem: ChunkSet) -> Result<impl PinInit<Self, Error>> {
+        let admin = layout.region(0).ok_or(EINVAL)?;
+        let admin_buddy = KBox::new(
+            Buddy::new(admin.large_offset, admin.large_size).ok_or(EINVAL)?,
+            GFP_KERNEL,
+        )?;
+        let io_buddy = KBox::new(
+            match layout.region(1) {
+                Some(r) if r.large_size > 0 => {
+                    Buddy::new(r.large_offset, r.large_size).ok_or(EINVAL)?
+                }
+                // No I/O queue (discovery): an allocator that never hands out a block.
+                _ => Buddy::new(0, 0).ok_or(EINVAL)?,
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(try_pin_init!(Self {
+            mem: Arc::new(mem, GFP_KERNEL)?,
+            admin_large <- new_irq_lock!(admin_buddy, "rsrdma_pool::admin_large"),
+            io_large <- new_irq_lock!(io_buddy, "rsrdma_pool::io_large"),
+        }? Error))
+    }
+
+    fn large(&self, qid: u16) -> &IrqLock<KBox<Buddy>> {
+        if qid == 0 {
+            &self.admin_large
+        } else {
+            &self.io_large
+        }
+    }
+}
+
+/// The pool memory of one controller and its allocators.
+#[pin_data]
+pub(crate) struct Pool {
+    layout: PoolLayout,
+    /// Indexed by [`Dir`].
+    #[pin]
+    to_target: Half,
+    #[pin]
+    from_target: Half,
     large_failures: AtomicU64,
     slots_in_use: AtomicU32,
     slots_high: AtomicU32,
@@ -79,28 +172,13 @@ impl Pool {
                 log_err!(Prefix::NONE, "buffer pool: {}", e.msg());
                 EINVAL
             })?;
-            match ChunkSet::new(layout.nr_chunks(), layout.chunk_size(), cfg.numa_node) {
-                Ok(mem) => {
-                    let admin = layout.region(0).ok_or(EINVAL)?;
-                    let admin_buddy = KBox::new(
-                        Buddy::new(admin.large_offset, admin.large_size).ok_or(EINVAL)?,
-                        GFP_KERNEL,
-                    )?;
-                    let io_buddy = KBox::new(
-                        match layout.region(1) {
-                            Some(r) if r.large_size > 0 => {
-                                Buddy::new(r.large_offset, r.large_size).ok_or(EINVAL)?
-                            }
-                            // No I/O queue (discovery): an allocator that never hands out a block.
-                            _ => Buddy::new(0, 0).ok_or(EINVAL)?,
-                        },
-                        GFP_KERNEL,
-                    )?;
+            let half = || ChunkSet::new(layout.nr_chunks(), layout.chunk_size(), cfg.numa_node);
+            match half().and_then(|a| Ok((a, half()?))) {
+                Ok((to, from)) => {
                     return Ok(try_pin_init!(Self {
                         layout,
-                        mem: Arc::new(mem, GFP_KERNEL)?,
-                        admin_large <- new_irq_lock!(admin_buddy, "rsrdma_pool::admin_large"),
-                        io_large <- new_irq_lock!(io_buddy, "rsrdma_pool::io_large"),
+                        to_target <- Half::new(layout, to)?,
+                        from_target <- Half::new(layout, from)?,
                         large_failures: AtomicU64::new(0),
                         slots_in_use: AtomicU32::new(0),
                         slots_high: AtomicU32::new(0),
@@ -112,8 +190,21 @@ impl Pool {
         }
     }
 
-    pub(crate) fn total_size(&self) -> u64 {
+    fn half(&self, dir: Dir) -> &Half {
+        match dir {
+            Dir::ToTarget => &self.to_target,
+            Dir::FromTarget => &self.from_target,
+        }
+    }
+
+    /// The size of one half.
+    pub(crate) fn half_size(&self) -> u64 {
         self.layout.total_size()
+    }
+
+    /// The size of both halves.
+    pub(crate) fn total_size(&self) -> u64 {
+        2 * self.layout.total_size()
     }
 
     /// Times a large slice could not be allocated (the request was retried later).
@@ -129,25 +220,17 @@ impl Pool {
         )
     }
 
-    /// In-use bytes and high-water mark of the I/O large area.
-    pub(crate) fn io_large_usage(&self) -> (u64, u64) {
-        let b = self.io_large.lock();
+    /// In-use bytes and high-water mark of the I/O large area of half `dir`.
+    pub(crate) fn io_large_usage(&self, dir: Dir) -> (u64, u64) {
+        let b = self.half(dir).io_large.lock();
         (b.in_use_bytes(), b.high_water_bytes())
     }
 
-    fn large(&self, qid: u16) -> &IrqLock<KBox<Buddy>> {
-        if qid == 0 {
-            &self.admin_large
-        } else {
-            &self.io_large
-        }
-    }
-
-    /// Finds room for `len` bytes of data of tag `tag` on queue `qid`: the tag's own slot when
-    /// it fits, else a block of the large area. `None` means "not now": the large area is full,
-    /// or held for a larger transfer that is waiting (see `proto::buddy::Buddy`), and the request
-    /// must be retried when some I/O completes.
-    pub(crate) fn alloc(&self, qid: u16, tag: u32, len: u32) -> Option<DataSlice> {
+    /// Finds room for `len` bytes of data of tag `tag` on queue `qid`, going `dir`: the tag's
+    /// own slot of that half when it fits, else a block of the half's large area. `None` means
+    /// "not now": the large area is full, or held for a larger transfer that is waiting (see
+    /// `proto::buddy::Buddy`), and the request must be retried when some I/O completes.
+    pub(crate) fn alloc(&self, dir: Dir, qid: u16, tag: u32, len: u32) -> Option<DataSlice> {
         let region = self.layout.region(qid)?;
         if len <= region.slot_size {
             let slot = region.slot(tag)?;
@@ -159,11 +242,16 @@ impl Pool {
                     len,
                 },
                 large: false,
+                dir,
             });
         }
         let now = now_ms();
-        match self.large(qid).lock().alloc(len, now) {
-            Some(slice) => Some(DataSlice { slice, large: true }),
+        match self.half(dir).large(qid).lock().alloc(len, now) {
+            Some(slice) => Some(DataSlice {
+                slice,
+                large: true,
+                dir,
+            }),
             None => {
                 self.large_failures.fetch_add(1, Ordering::Relaxed);
                 None
@@ -175,26 +263,48 @@ impl Pool {
     pub(crate) fn free(&self, qid: u16, data: DataSlice) {
         if !data.large {
             self.slots_in_use.fetch_sub(1, Ordering::Relaxed);
-        } else if !self.large(qid).lock().free(data.slice) {
+        } else if !self.half(data.dir).large(qid).lock().free(data.slice) {
             log_err!(
                 Prefix::NONE,
-                "pool: bad free of slice {:#x}+{} on queue {}",
+                "pool: bad free of slice {:#x}+{} on queue {} ({})",
                 data.slice.offset,
                 data.slice.len,
-                qid
+                qid,
+                data.dir.as_str()
             );
         }
     }
 
-    /// The pool's memory, which requests copy their data into and out of.
-    pub(crate) fn mem(&self) -> &ChunkSet {
-        &self.mem
+    /// The memory of half `dir`, which requests copy their data into and out of.
+    pub(crate) fn mem(&self, dir: Dir) -> &ChunkSet {
+        &self.half(dir).mem
     }
 
-    /// Maps the pool for DMA on the device of `pd` and prepares a memory region over it,
-    /// registered by the REG_MR work request the caller posts (see `Queue::register_region`).
-    pub(crate) fn map(&self, pd: &Arc<Pd>) -> Result<MemReg> {
-        map_chunks(&self.mem, self.layout.total_size(), pd, "pool")
+    /// Clears half `dir`: what an association left in it is gone before it is registered
+    /// again. Only while no request holds a slice of it (between connections).
+    pub(crate) fn clear(&self, dir: Dir) {
+        self.half(dir).mem.clear();
+    }
+
+    /// Maps both halves for DMA on the device of `pd` and prepares a memory region over
+    /// each, registered by the REG_MR work requests the caller posts with each half's access
+    /// (see `Queue::register_region`).
+    pub(crate) fn map(&self, pd: &Arc<Pd>) -> Result<PoolReg> {
+        let size = self.layout.total_size();
+        Ok(PoolReg([
+            map_chunks(&self.to_target.mem, size, pd, "pool")?,
+            map_chunks(&self.from_target.mem, size, pd, "pool")?,
+        ]))
+    }
+}
+
+/// The registrations of the pool's halves on one connection, indexed by [`Dir`].
+pub(crate) struct PoolReg([MemReg; 2]);
+
+impl PoolReg {
+    /// The registration of half `dir`.
+    pub(crate) fn half(&self, dir: Dir) -> &MemReg {
+        &self.0[dir.index()]
     }
 }
 
@@ -259,6 +369,8 @@ pub(crate) struct DataSlice {
     pub(crate) slice: Slice,
     /// From the large area (else the tag's slot).
     pub(crate) large: bool,
+    /// The half it is in.
+    pub(crate) dir: Dir,
 }
 
 /// Registered memory (the pool, the area) as seen by one connection's device: its DMA mappings

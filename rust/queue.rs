@@ -557,19 +557,19 @@ impl Queue {
         self.cm_done.complete();
     }
 
-    /// Registers a region (`what`: the pool, the area, device memory) on this (admin) queue's QP and waits for
-    /// it to take effect.
+    /// Registers a region (`what`: a half of the pool, the area, device memory) with `access`
+    /// on this (admin) queue's QP and waits for it to take effect.
     pub(crate) fn register_region(
         &self,
         ctrl: &Ctrl,
         region: &Arc<MemoryRegion>,
+        access: Access,
         what: &str,
     ) -> Result {
         self.reg_done.reinit();
         {
             let rcu = RcuReadGuard::new();
             let conn = self.conn(&rcu).ok_or(errno::ENOTCONN())?;
-            let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
             conn.qp().post_reg_mr(region.clone(), access, SEND_ID_REG)?;
         }
         if !self.reg_done.wait_ms(REG_TIMEOUT_MS) {

@@ -14,7 +14,7 @@
 //!   copied out of the pool in `complete`, on the submitting CPU, and the slice is returned.
 
 use crate::ctrl::Ctrl;
-use crate::pool::{DataSlice, MemReg};
+use crate::pool::{DataSlice, Dir, MemReg};
 use crate::proto::capsule::{self, SQE_SIZE};
 use crate::proto::pool::Slice;
 use crate::proto::sgl::{InlineSgl, KeyedSgl, SGL_DESC_SIZE};
@@ -46,6 +46,8 @@ pub(crate) struct Request {
     data_large: AtomicBool,
     /// The data is in the registered area (at `data_offset`), not in the pool.
     data_area: AtomicBool,
+    /// The pool slice is in the half for host writes (else the half for host reads).
+    data_to_target: AtomicBool,
 }
 
 /// Where a request's data is while its command is in flight.
@@ -73,6 +75,7 @@ impl Request {
             data_len: AtomicU32::new(0),
             data_large: AtomicBool::new(false),
             data_area: AtomicBool::new(false),
+            data_to_target: AtomicBool::new(false),
         }
     }
 
@@ -82,9 +85,9 @@ impl Request {
     }
 
     fn set_data(&self, data: Option<Held>) {
-        let (slice, large, area) = match data {
-            Some(Held::Pool(d)) => (d.slice, d.large, false),
-            Some(Held::Area(slice)) => (slice, false, true),
+        let (slice, large, area, dir) = match data {
+            Some(Held::Pool(d)) => (d.slice, d.large, false, d.dir),
+            Some(Held::Area(slice)) => (slice, false, true, Dir::FromTarget),
             None => {
                 self.data_offset.store(NO_DATA, Ordering::Relaxed);
                 return;
@@ -94,6 +97,8 @@ impl Request {
         self.data_len.store(slice.len, Ordering::Relaxed);
         self.data_large.store(large, Ordering::Relaxed);
         self.data_area.store(area, Ordering::Relaxed);
+        self.data_to_target
+            .store(dir == Dir::ToTarget, Ordering::Relaxed);
     }
 
     fn take_data(&self) -> Option<Held> {
@@ -111,6 +116,7 @@ impl Request {
             Held::Pool(DataSlice {
                 slice,
                 large: self.data_large.load(Ordering::Relaxed),
+                dir: Dir::of(self.data_to_target.load(Ordering::Relaxed)),
             })
         })
     }
@@ -320,7 +326,7 @@ fn submit<'a>(
         Data::Pool(slice) => match ctrl.reg(rcu) {
             Some(reg) => (
                 SendData::Region {
-                    region: reg.region(),
+                    region: reg.half(Dir::ToTarget).region(),
                     offset: slice.offset,
                     len: slice.len,
                 },
@@ -435,12 +441,13 @@ fn map_command<'q>(
     } else {
         // The controller's set-up work registers the pool before any command is sent and
         // removes it only after every queue was stopped.
-        let reg = ctrl.reg(rcu).ok_or(errno::ENOTCONN())?;
-        let slice_of = ctrl.pool().alloc(qid, tag, len).ok_or(EAGAIN)?;
+        let dir = Dir::of(is_write);
+        let reg = ctrl.reg(rcu).ok_or(errno::ENOTCONN())?.half(dir);
+        let slice_of = ctrl.pool().alloc(dir, qid, tag, len).ok_or(EAGAIN)?;
         req.set_data(Some(Held::Pool(slice_of)));
         let slice = slice_of.slice;
         if is_write {
-            rq.copy_to(ctrl.pool().mem(), slice.offset, slice.len)?;
+            rq.copy_to(ctrl.pool().mem(dir), slice.offset, slice.len)?;
             queue.stats().copied(len);
         }
         // The device owns the slice until the response: it reads a write's data, it writes
@@ -633,11 +640,11 @@ fn unmap_data(ctrl: &Ctrl, qid: u16, rq: &OwnedReq<'_>, copy_out: bool) {
         // The pool registration outlives every in-flight request (the set-up registers it
         // before any command, teardown removes it after the queues were stopped).
         if let Some(reg) = ctrl.reg(&rcu) {
-            reg.sync_for_cpu(data.slice);
+            reg.half(data.dir).sync_for_cpu(data.slice);
         }
         drop(rcu);
         if rq
-            .copy_from(ctrl.pool().mem(), data.slice.offset, data.slice.len)
+            .copy_from(ctrl.pool().mem(data.dir), data.slice.offset, data.slice.len)
             .is_err()
         {
             log_err!(ctrl.core(), "queue {}: read data not copied out", qid);

@@ -5,10 +5,24 @@
 //! and per-queue counters.
 
 use crate::ctrl::{Ctrl, RdmaCtrl};
+use crate::pool::Dir;
 use crate::wrap::debugfs::{SeqFile, Show};
 use crate::wrap::nvme::CtrlRef;
 use crate::wrap::sync::RcuReadGuard;
 use core::sync::atomic::Ordering;
+
+/// Whether a registration holds an RKEY (0: none), and which: `registered, rkey 0x..` or
+/// `not registered, no rkey`.
+struct Registered(u32);
+
+impl core::fmt::Display for Registered {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0 {
+            0 => f.write_str("not registered, no rkey"),
+            k => write!(f, "registered, rkey {k:#x}"),
+        }
+    }
+}
 
 /// A controller's file holds a reference to it (dropped with the file, at deletion).
 impl Show for CtrlRef<RdmaCtrl> {
@@ -31,27 +45,40 @@ fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
         u32::from(n.sqsize()) + 1
     ));
     let pool = ctrl.pool();
-    let rkey = ctrl.rkey();
+    let rkeys = ctrl.pool_rkeys();
     s.line(format_args!(
-        "pool: {} KiB, {}",
+        "pool: {} KiB in two halves, {}",
         pool.total_size() >> 10,
-        if rkey != 0 {
+        if rkeys.is_some() {
             "registered"
         } else {
             "not registered"
         }
     ));
-    s.line(format_args!("rkey: {:#x}", rkey));
+    // The keys of the current connection only: none while no connection holds them.
+    match rkeys {
+        Some(k) => s.line(format_args!(
+            "rkey: {:#x} for {}, {:#x} for {}",
+            k[0],
+            Dir::ToTarget.as_str(),
+            k[1],
+            Dir::FromTarget.as_str()
+        )),
+        None => s.line(format_args!("rkey: none")),
+    }
     let (slots, slots_high) = pool.slot_usage();
     s.line(format_args!(
         "pool slots in use: {} (high-water {})",
         slots, slots_high
     ));
-    let (large, large_high) = pool.io_large_usage();
+    let (out, out_high) = pool.io_large_usage(Dir::ToTarget);
+    let (inb, in_high) = pool.io_large_usage(Dir::FromTarget);
     s.line(format_args!(
-        "pool large area: {} KiB in use (high-water {} KiB), {} waits for room",
-        large >> 10,
-        large_high >> 10,
+        "pool large area: {} KiB in use for writes, {} KiB for reads (high-water {} KiB, {} KiB), {} waits for room",
+        out >> 10,
+        inb >> 10,
+        out_high >> 10,
+        in_high >> 10,
         pool.large_failures()
     ));
     match ctrl.area() {
@@ -60,14 +87,9 @@ fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
             ctrl.with_area_dev(|dev| {
                 let path = dev.and_then(|d| d.path().to_str().ok());
                 s.line(format_args!(
-                    "area: {} KiB, {}, rkey {:#x}, registrations {}, device /dev/{} (mapped {} times)",
+                    "area: {} KiB, {}, registrations {}, device /dev/{} (mapped {} times)",
                     area.size() >> 10,
-                    if rkey != 0 {
-                        "registered"
-                    } else {
-                        "not registered"
-                    },
-                    rkey,
+                    Registered(rkey),
                     ctrl.area_registrations(),
                     path.unwrap_or("(none)"),
                     dev.map_or(0, |d| d.mappings())

@@ -10,7 +10,11 @@
 # duplicate and truncated completions, SEND_WITH_INV of a wrong RKEY and of the pool's own,
 # a command never completed, the association closed in the middle of a 4 MiB transfer,
 # keep-alive answered late (past KATO, and within it), and an RDMA WRITE with the RKEY of the
-# previous association, which must fail at the target with a remote access error.
+# previous association, which must fail at the target with a remote access error. The reach of
+# the pool's keys: an RDMA READ of a host read's buffer and an RDMA WRITE into a host write's
+# (each half of the pool is registered for one direction only) must fail with a remote access
+# error, and what the host's writes left in the pool must not be readable through the next
+# association's key.
 #
 # Each case asks of the module: no oops or WARN, a dmesg line naming the fault, recovery or a
 # clean connect failure as the protocol prescribes (with DNR: no further attempt), the data
@@ -133,7 +137,7 @@ case_end() {
 	hdisconnect || BAD+=("the controller does not go away")
 	wait_for 10 _no_rdma_resources || BAD+=("RDMA resources of the module left: $(_rdma_resources | tr '\n' ' ')")
 	dmesg_since_mark | grep -E 'nvme|rsrdma' | grep -vE 'rsrdma-mark' | head -n 14 | ktap_diag
-	grep -E '^(hostile|stale-rkey)' "$HOSTILE_LOG" | grep -v ': armed$' | head -n 6 | ktap_diag
+	grep -E '^(hostile|stale-rkey|scope|residue)' "$HOSTILE_LOG" | grep -v ': armed$' | head -n 6 | ktap_diag
 	dmesg_check_clean || BAD+=("the kernel log has problems (above)")
 	host_unload || BAD+=("the module does not unload")
 	host_load || BAD+=("the module does not load again")
@@ -183,7 +187,8 @@ connect_fails() {
 # io_fault NAME write|read MODE DMESG_REGEX [TARGET ARGS...]: a misbehaviour on the first I/O
 # command once armed, a 4 MiB write (or a 4 MiB read of data written before arming): the I/O
 # still succeeds, after error recovery and a reconnect, the data reads back intact, and a fresh
-# connect works.
+# connect works. With RESULT_RE set, the target's log must also show a line matching it.
+RESULT_RE=''
 io_fault() {
 	local name=$1 on=$2 mode=$3 re=$4 dev ctrl
 	shift 4
@@ -198,6 +203,7 @@ io_fault() {
 			expect "a 4 MiB read through the fault returns the data" read_check "$dev" 8 4
 		fi
 		expect "the target misbehaved ($mode)" hostile_wait 5 "^hostile $mode:"
+		[ -z "$RESULT_RE" ] || expect "the target reports /$RESULT_RE/" hostile_wait 30 "$RESULT_RE"
 		expect "dmesg names the fault (/$re/)" wait_for 30 dmesg_has "$re"
 		expect "error recovery ran" dmesg_has "starting error recovery"
 		expect "the controller reconnected" wait_for 60 dmesg_has "Successfully reconnected"
@@ -250,7 +256,7 @@ reconnect_fault() {
 }
 
 ktap_print_header
-ktap_set_plan 46
+ktap_set_plan 49
 
 if ! rxe_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -451,6 +457,75 @@ stale_rkey() {
 	case_end "$name"
 }
 stale_rkey
+
+# --- the reach of the pool's keys ---------------------------------------------------------------------
+# Each half of the pool is registered for one direction: the target may read the buffer of a host
+# write and write the buffer of a host read, nothing else. It tries the other way round with the
+# command's own RKEY; the operation must fail at the target with a remote access error, and the
+# host recover and finish the I/O.
+RESULT_RE='^scope result: remote-access-error'
+io_fault "scope:read-dest: RDMA READ of a host read's buffer fails at the target" read \
+	scope:read-dest "starting error recovery"
+io_fault "scope:write-src: RDMA WRITE into a host write's buffer fails at the target" write \
+	scope:write-src "starting error recovery"
+RESULT_RE=''
+
+# The target records the buffers of the host's writes (fio, 64 KiB at QD8: several blocks of the
+# pool's large area); after a reset, at the host's first write on the new association, it reads
+# those buffers through the new RKEY and compares them with what they held. The host clears that
+# half of the pool before registering it again: nothing of the old data may be found.
+# _residue_clean: the target read some bytes of the old buffers and found none of their data.
+_residue_clean() {
+	grep -qE '^residue result: clean: [1-9][0-9]* bytes read in [1-9][0-9]* buffer\(s\), 0 holding' \
+		"$HOSTILE_LOG"
+}
+
+# small_write DEV KIB_OFFSET / small_check DEV KIB_OFFSET: 16 KiB of new random data in one
+# direct write (past the in-capsule size: a keyed SGL to a slot of the pool), and its read-back.
+small_write() {
+	head -c 16384 /dev/urandom >"$PAT"
+	timeout 60 dd if="$PAT" of="$1" bs=16k count=1 seek="$(($2 << 10))" oflag=direct,seek_bytes \
+		conv=notrunc status=none
+}
+small_check() {
+	timeout 60 dd if="$1" bs=16k count=1 skip="$(($2 << 10))" iflag=direct,skip_bytes status=none |
+		cmp -s - "$PAT"
+}
+
+residue() {
+	local name="residue: the next association's RKEY reads nothing the last one was sent"
+	local dev ctrl out rc
+	selected "$name" || return 0
+	case_begin
+	if hostile_start --mode residue --arm signal &&
+		hconnect --reconnect-delay=1 --ctrl-loss-tmo=60 | ktap_diag && dev=$(hdev) &&
+		ctrl=$(hostile_ctrl) && hostile_arm; then
+		out=$(cd /tmp && fio --name=residue --filename="$dev" --direct=1 --ioengine=libaio \
+			--rw=write --bs=64k --iodepth=8 --offset=16m --size=4m --refill_buffers \
+			--verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 2>&1)
+		rc=$?
+		expect "fio writes 4 MiB in 64 KiB blocks at QD8 and verifies them" _fio_report "$dev" "$rc" "$out"
+		expect "the target recorded the host's write buffers" \
+			hostile_wait 10 "^hostile residue: recording"
+		expect "nvme reset starts a new association" nvme reset "/dev/$ctrl"
+		expect "the controller is live again" wait_for 30 in_state "$ctrl" live
+		expect "the host cleared the pool's half for host writes before registering it again" \
+			wait_for 10 dmesg_has "pool: cleared the [0-9]+ KiB half for host writes"
+		dmesg_since_mark | grep -oE 'pool: cleared .*' | ktap_diag
+		expect "a 16 KiB write on the new association succeeds" small_write "$dev" 40960
+		expect "the target read the old buffers through the new RKEY" \
+			hostile_wait 10 "^hostile residue: RDMA READ of [1-9]"
+		expect "the target's reads completed" hostile_wait 10 "^residue result: "
+		grep -E '^(hostile residue: RDMA|residue result)' "$HOSTILE_LOG" | ktap_diag
+		expect "they read some bytes and found none of the old data" _residue_clean
+		expect "the write reads back intact" small_check "$dev" 40960
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+residue
 
 ktap_check "module unloads at the end" host_unload
 ktap_finished

@@ -44,9 +44,9 @@ impl Drop for Chunk {
 /// # Invariants
 ///
 /// Every chunk is `chunk_size` bytes (a power of two, at least a page). No Rust reference to
-/// the memory exists: the CPU touches it only through [`ChunkSet::copy_in`] and
-/// [`ChunkSet::copy_out`] (and processes through mappings of it), and devices through DMA
-/// mappings. `by_pfn` holds each chunk's first page frame and index, sorted by frame.
+/// the memory exists: the CPU touches it only through [`ChunkSet::copy_in`],
+/// [`ChunkSet::copy_out`] and [`ChunkSet::clear`] (and processes through mappings of it), and
+/// devices through DMA mappings. `by_pfn` holds each chunk's first page frame and index, sorted by frame.
 pub(crate) struct ChunkSet {
     chunks: KVec<Chunk>,
     chunk_size: u64,
@@ -149,6 +149,16 @@ impl ChunkSet {
             return Err(EINVAL);
         }
         self.ptr(chunk, offset).ok_or(EINVAL)
+    }
+
+    /// Zeroes the whole set. What a device does meanwhile to its bytes decides only what
+    /// they hold; callers clear a set no device is given (see `pool::Pool::clear`).
+    pub(crate) fn clear(&self) {
+        for c in self.chunks.iter() {
+            // SAFETY: the chunk's allocation is `chunk_size` bytes (type invariant), and the
+            // set's memory is not behind any reference (type invariant).
+            unsafe { core::ptr::write_bytes(c.va.as_ptr(), 0, self.chunk_size as usize) };
+        }
     }
 
     /// Copies `len` bytes from `src` into the set at `offset`; `EINVAL` if they leave the set.

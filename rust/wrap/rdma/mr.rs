@@ -81,21 +81,23 @@ impl Drop for Pd {
 pub(crate) struct Access(u32);
 
 impl Access {
-    pub(crate) const LOCAL_WRITE: Access = Access(bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE);
-    pub(crate) const REMOTE_READ: Access = Access(bindings::ib_access_flags_IB_ACCESS_REMOTE_READ);
-    pub(crate) const REMOTE_WRITE: Access =
-        Access(bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE);
+    /// Memory the remote side only reads (the data of host writes).
+    pub(crate) const TARGET_READS: Access = Access(bindings::ib_access_flags_IB_ACCESS_REMOTE_READ);
+    /// Memory the remote side only writes (the data of host reads): the device writes it too.
+    pub(crate) const TARGET_WRITES: Access = Access(
+        bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE
+            | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+    );
+    /// Memory the remote side reads and writes (the area, device memory: the same buffers
+    /// carry data both ways).
+    pub(crate) const BOTH_WAYS: Access = Access(
+        bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE
+            | bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
+            | bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+    );
 
     pub(in crate::wrap) fn raw(self) -> i32 {
         self.0 as i32
-    }
-}
-
-impl core::ops::BitOr for Access {
-    type Output = Access;
-
-    fn bitor(self, other: Access) -> Access {
-        Access(self.0 | other.0)
     }
 }
 

@@ -69,6 +69,14 @@ Modes:
   late-keepalive[:MS]      answer a keep-alive MS ms late (default: KATO + 3 s)
   stale-rkey               record an RKEY, close the association, and on the new one try an
                            RDMA WRITE with the old RKEY (reported as 'stale-rkey result: ...')
+  scope:read-dest          RDMA READ of the buffer of a host read (the target's to write)
+                           with its own RKEY (reported as 'scope result: ...')
+  scope:write-src          RDMA WRITE into the buffer of a host write (the target's to read)
+                           with its own RKEY (reported as 'scope result: ...')
+  residue                  record the buffers of the host's writes; at the first write of the
+                           host's next association, RDMA READ those buffers with the new RKEY
+                           and compare them with what they held (reported as
+                           'residue result: ...')
 
 Output: one line per connection, queue, controller and misbehaviour on stdout; with -v one
 line per command on stderr.

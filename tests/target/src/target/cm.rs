@@ -289,6 +289,18 @@ impl Target {
         if self.hostile.stale_cmd.is_some_and(|(t, _)| t == token) {
             self.hostile.stale_cmd = None;
         }
+        if self
+            .hostile
+            .probe
+            .as_ref()
+            .is_some_and(|p| p.token == token)
+        {
+            say!(
+                "hostile {}: the queue closed before the probe completed",
+                self.hostile.mode.name()
+            );
+            self.hostile.probe = None;
+        }
         let Queue {
             id,
             cq,

@@ -42,6 +42,9 @@ impl Target {
         if kind == K_STALE {
             return self.stale_done(q, cid, wc.status);
         }
+        if kind == K_PROBE {
+            return self.probe_done(q, cid, wc.status);
+        }
         if wc.status != WC_SUCCESS {
             if q.closing || wc.status == WC_FLUSH_ERR {
                 return;

@@ -21,6 +21,8 @@ pub enum Mode {
     CloseMid,
     LateKeepAlive(Option<u64>),
     StaleRkey,
+    Scope { read_dest: bool },
+    Residue,
 }
 
 impl Mode {
@@ -57,6 +59,9 @@ impl Mode {
             ("late-keepalive", None) => Mode::LateKeepAlive(None),
             ("late-keepalive", Some(ms)) => Mode::LateKeepAlive(Some(ms.parse().ok()?)),
             ("stale-rkey", None) => Mode::StaleRkey,
+            ("scope", Some("read-dest")) => Mode::Scope { read_dest: true },
+            ("scope", Some("write-src")) => Mode::Scope { read_dest: false },
+            ("residue", None) => Mode::Residue,
             _ => return None,
         };
         if io && !m.is_connect_mode() {
@@ -98,6 +103,9 @@ impl Mode {
             Mode::CloseMid => "close-mid-transfer".into(),
             Mode::LateKeepAlive(_) => "late-keepalive".into(),
             Mode::StaleRkey => "stale-rkey".into(),
+            Mode::Scope { read_dest: true } => "scope:read-dest".into(),
+            Mode::Scope { read_dest: false } => "scope:write-src".into(),
+            Mode::Residue => "residue".into(),
         }
     }
 }

@@ -275,7 +275,195 @@ impl Target {
                     Some(_) => false,
                 }
             }
+            Mode::Scope { read_dest } => {
+                let Some((addr, l, key)) = keyed else {
+                    return false;
+                };
+                // read-dest: the buffer of a host read is the target's to write, never to read;
+                // write-src: the buffer of a host write is the target's to read, never to write.
+                if op != if read_dest { IO_READ } else { IO_WRITE } {
+                    return false;
+                }
+                h.done = true;
+                cmd.held = true;
+                let n = l.min(4096);
+                let (rdma, may) = if read_dest {
+                    (OP_READ, "write")
+                } else {
+                    (OP_WRITE, "read")
+                };
+                say!(
+                    "hostile {name}: RDMA {} of {n} bytes at addr {addr:#x} with rkey {key:#x}: the buffer of the {what}, which the target may only {may}",
+                    if read_dest { "READ" } else { "WRITE" }
+                );
+                h.probe = Some(Probe {
+                    token: q.token,
+                    cid,
+                    pending: 1,
+                    failed: None,
+                    reads: Vec::new(),
+                });
+                let (ptr, lkey) = (self.scratch.at(0), self.scratch.lkey);
+                let r = post_rdma(
+                    q,
+                    wr_id(K_PROBE, cid, 0),
+                    rdma,
+                    F_SIGNALED,
+                    (ptr, lkey),
+                    n,
+                    (addr, key),
+                );
+                if r < 0 {
+                    say!("scope result: post failed ({})", errno_str(r));
+                }
+                true
+            }
+            Mode::Residue => {
+                let Some((addr, l, key)) = keyed else {
+                    return false;
+                };
+                if op != IO_WRITE {
+                    return false;
+                }
+                let c = q.cntlid.unwrap();
+                let recorded_on = h.residue.first().map(|r| r.cntlid);
+                if recorded_on.is_none_or(|rc| rc == c) {
+                    // The latest write's data is what the buffer holds: an earlier record
+                    // overlapping it is stale.
+                    let end = addr + u64::from(l);
+                    h.residue
+                        .retain(|r| r.addr + u64::from(r.len) <= addr || r.addr >= end);
+                    if h.residue.len() < RESIDUE_SLICES {
+                        h.residue.push(Recorded {
+                            addr,
+                            len: l.min(RESIDUE_BYTES),
+                            off,
+                            cntlid: c,
+                        });
+                    }
+                    if recorded_on.is_none() {
+                        say!("hostile residue: recording the buffers of host writes on cntlid {c}");
+                    }
+                    return false;
+                }
+                // The host's next association: read the recorded buffers through this
+                // command's key, all but the one this command uses.
+                h.done = true;
+                cmd.held = true;
+                let end = addr + u64::from(l);
+                let reads: Vec<Recorded> = std::mem::take(&mut h.residue)
+                    .into_iter()
+                    .filter(|r| r.addr + u64::from(r.len) <= addr || r.addr >= end)
+                    .collect();
+                let bytes: u64 = reads.iter().map(|r| u64::from(r.len)).sum();
+                say!(
+                    "hostile residue: RDMA READ of {} buffer(s), {bytes} bytes, that host writes used on the previous association, with rkey {key:#x} of the {what} on cntlid {c}",
+                    reads.len()
+                );
+                if reads.is_empty() {
+                    say!("residue result: inconclusive (no buffer left to read)");
+                    cmd.held = false;
+                    return false;
+                }
+                let base = self.scratch.lkey;
+                let mut posted = 0;
+                for (i, r) in reads.iter().enumerate() {
+                    let ptr = self.scratch.at(i * RESIDUE_BYTES as usize);
+                    let id = wr_id(K_PROBE, cid, i as u32);
+                    let rc = post_rdma(
+                        q,
+                        id,
+                        OP_READ,
+                        F_SIGNALED,
+                        (ptr, base),
+                        r.len,
+                        (r.addr, key),
+                    );
+                    if rc < 0 {
+                        say!("residue result: post failed ({})", errno_str(rc));
+                        break;
+                    }
+                    posted += 1;
+                }
+                self.hostile.probe = Some(Probe {
+                    token: q.token,
+                    cid,
+                    pending: posted,
+                    failed: None,
+                    reads,
+                });
+                true
+            }
             _ => false,
+        }
+    }
+
+    /// A work request of a scope or residue probe completed (`status`). Once all have, says
+    /// what they found; then serves the held command if the host's memory let the target do
+    /// what it tried, or closes the association (its QP is in error) so that the host
+    /// reconnects and sends the command again.
+    pub(super) fn probe_done(&mut self, q: &mut Queue, cid: u16, status: u32) {
+        let Some(p) = self.hostile.probe.as_mut() else {
+            return;
+        };
+        if p.token != q.token || p.cid != cid {
+            return;
+        }
+        p.pending = p.pending.saturating_sub(1);
+        if status != WC_SUCCESS && p.failed.is_none() {
+            p.failed = Some(status);
+        }
+        if p.pending > 0 {
+            return;
+        }
+        let p = self.hostile.probe.take().unwrap();
+        let mode = self.hostile.mode;
+        let tag = if mode == Mode::Residue {
+            "residue"
+        } else {
+            "scope"
+        };
+        match p.failed {
+            Some(WC_REM_ACCESS_ERR) => say!(
+                "{tag} result: remote-access-error ({}): the rkey does not grant it",
+                wc_status_str(WC_REM_ACCESS_ERR)
+            ),
+            Some(s) => say!("{tag} result: {} (status {s})", wc_status_str(s)),
+            None if mode == Mode::Residue => {
+                let (mut bytes, mut same, mut nonzero) = (0usize, 0usize, 0usize);
+                for (i, r) in p.reads.iter().enumerate() {
+                    let n = r.len as usize;
+                    let at = i * RESIDUE_BYTES as usize;
+                    let got = &self.scratch.buf[at..at + n];
+                    bytes += n;
+                    nonzero += got.iter().filter(|&&b| b != 0).count();
+                    if got == &self.ns.buf[r.off..r.off + n] {
+                        same += 1;
+                    }
+                }
+                let verdict = if same == 0 { "clean" } else { "found" };
+                say!(
+                    "residue result: {verdict}: {bytes} bytes read in {} buffer(s), {same} holding the previous association's data, {nonzero} nonzero bytes",
+                    p.reads.len()
+                );
+            }
+            None => say!("scope result: success (the rkey let the target do it)"),
+        }
+        if p.failed.is_none() {
+            // Serve the held command after all.
+            let sqe = q.cmds.get(&cid).map(|c| c.sqe);
+            if let Some(sqe) = sqe {
+                q.cmds.get_mut(&cid).unwrap().held = false;
+                let off = (le64(&sqe.raw, 40) << LBA_SHIFT) as usize;
+                let len = ((u64::from(le16(&sqe.raw, 48)) + 1) << LBA_SHIFT) as usize;
+                self.io_data(q, cid, sqe.opcode(), off, len);
+            }
+        } else if let Some(c) = q.cntlid {
+            // The QP is in error: close the association, the host reconnects.
+            self.todo
+                .push(Action::DisconnectCtrl(c, format!("the {tag} probe failed")));
+        } else {
+            q.close("the probe failed");
         }
     }
 

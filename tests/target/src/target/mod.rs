@@ -49,6 +49,10 @@ const K_READ: u64 = 3;
 const K_WRITE: u64 = 4;
 const K_STALE: u64 = 5;
 const K_MID: u64 = 6;
+const K_PROBE: u64 = 7;
+/// residue: buffers recorded at most, and bytes read back of each.
+const RESIDUE_SLICES: usize = 8;
+const RESIDUE_BYTES: u32 = 64 << 10;
 
 fn wr_id(kind: u64, cid: u16, aux: u32) -> u64 {
     (kind << 56) | (u64::from(cid) << 32) | u64::from(aux)
@@ -141,6 +145,24 @@ struct Ctrl {
     io: Vec<u64>,
 }
 
+/// A buffer of a host write: its keyed address and length, and where its data went.
+struct Recorded {
+    addr: u64,
+    len: u32,
+    off: usize,
+    cntlid: u16,
+}
+
+/// RDMA operations of a scope or residue probe, posted for command `cid` of queue `token`.
+struct Probe {
+    token: u64,
+    cid: u16,
+    pending: usize,
+    failed: Option<u32>,
+    /// residue: the records read (index into the scratch region: i * RESIDUE_BYTES).
+    reads: Vec<Recorded>,
+}
+
 struct Stale {
     addr: u64,
     key: u32,
@@ -158,6 +180,10 @@ struct Hostile {
     done: bool,
     stale: Option<Stale>,
     stale_cmd: Option<(u64, u16)>,
+    /// scope and residue: the RDMA operations in flight for the held command.
+    probe: Option<Probe>,
+    /// residue: the host's write buffers on the recorded association.
+    residue: Vec<Recorded>,
     /// late-cqe: the qid and command_id of the command held on the closed association.
     late: Option<(u16, u16)>,
 }
@@ -179,6 +205,8 @@ struct Target {
     dev: Dev,
     ns: Region,
     zeros: Region,
+    /// Where probes read host memory to.
+    scratch: Region,
     nguid: [u8; 16],
     serial: String,
     queues: HashMap<u64, Queue>,
@@ -208,11 +236,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     let ns = Region::new(pd, cfg.size as usize, false)?;
     let zeros = Region::new(pd, ZEROS, false)?;
+    let scratch = Region::new(pd, RESIDUE_SLICES * RESIDUE_BYTES as usize, false)?;
     let serial = format!("rsrdma-{:08x}", std::process::id());
     let mut t = Target {
         dev,
         ns,
         zeros,
+        scratch,
         nguid: nguid(&serial),
         serial,
         queues: HashMap::new(),
@@ -230,6 +260,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
             done: cfg.mode == Mode::Polite,
             stale: None,
             stale_cmd: None,
+            probe: None,
+            residue: Vec::new(),
             late: None,
         },
         todo: Vec::new(),
