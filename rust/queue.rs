@@ -25,7 +25,7 @@ use crate::wrap::rdma::{
     QpCaps, QpEvent, QpHandler, SendData, Wc,
 };
 use crate::wrap::sync::{new_rcu_slot, Completion, Rcu, RcuReadGuard, RcuSlot, Retired, TakeCell};
-use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use kernel::c_str;
 use kernel::prelude::*;
 use kernel::str::CStr;
@@ -47,6 +47,12 @@ const REG_TIMEOUT_MS: u32 = 5000;
 /// One command send in this many asks for a completion (see `Queue::post_command`), or in
 /// fewer on a shallow queue (see `Conn::signal_mask`).
 const SIGNAL_EVERY: u32 = 16;
+/// A connection lends at most this share of its credits (1/`LEND_SHARE`) to commands of other
+/// queues (see `Conn::lend_credit`).
+const LEND_SHARE: u32 = 8;
+/// A queue lends credits only once it has taken no command of its own for this long (see
+/// `Queue::lends_credits`).
+const LEND_IDLE_MS: u64 = 10;
 
 /// Send completion ids of a queue's QP: the plain ones of command sends and of the
 /// asynchronous event request, then the holding ones of the pool registration and of the
@@ -109,6 +115,8 @@ pub(crate) struct Conn {
     /// The receives posted: commands sent on this connection and not answered (its own and
     /// those spread to it) stay below this.
     credits: u32,
+    /// Credits held by commands of other queues (see [`Conn::lend_credit`]).
+    lent: AtomicU32,
 }
 
 impl Conn {
@@ -122,11 +130,6 @@ impl Conn {
         &self.qp
     }
 
-    /// The number of credits of the connection (its depth).
-    pub(crate) fn credits(&self) -> u32 {
-        self.credits
-    }
-
     /// Takes one of the connection's credits for a command, if fewer than `limit` are taken (a
     /// command without a credit would find no receive posted for its response).
     pub(crate) fn take_credit(&self, limit: u32) -> bool {
@@ -136,6 +139,37 @@ impl Conn {
     /// Returns the credit of a command that was not sent.
     pub(crate) fn return_credit(&self) {
         return_credit(self.qp.cq());
+    }
+
+    /// Lends a credit to a command of another queue, if the connection carries no command of
+    /// its own and lends fewer than 1/[`LEND_SHARE`] of its credits: a queue busy with its own
+    /// I/O is not made to wait behind another queue's large transfer, and the credits it
+    /// needs are never all lent (so when it finds none, commands of its own are in flight,
+    /// and blk-mq runs it again as they complete). Racing submitters make both bounds
+    /// approximate, never the credit count.
+    pub(crate) fn lend_credit(&self) -> bool {
+        let cap = (self.credits / LEND_SHARE).max(1);
+        let Ok(lent) = self
+            .lent
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < cap).then_some(n + 1)
+            })
+        else {
+            return false;
+        };
+        // Every credit taken is a lent one: none of its own is in flight.
+        if take_credit(self.qp.cq(), lent + 1) {
+            return true;
+        }
+        self.lent_back();
+        false
+    }
+
+    /// Ends the loan of a credit (the lent credit itself is returned as any other).
+    pub(crate) fn lent_back(&self) {
+        let _ = self
+            .lent
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 }
 
@@ -179,6 +213,9 @@ pub(crate) struct Queue {
     reg_status: AtomicI32,
     /// Command sends posted, for choosing the ones to signal.
     sends: AtomicU32,
+    /// When the queue last took a command of its own (`clock::now_ms`), see
+    /// [`Queue::lends_credits`].
+    own_at: AtomicU64,
     stats: QueueStats,
 }
 
@@ -198,8 +235,22 @@ impl Queue {
             reg_done <- Completion::new(),
             reg_status: AtomicI32::new(0),
             sends: AtomicU32::new(0),
+            own_at: AtomicU64::new(0),
             stats: QueueStats::default(),
         })
+    }
+
+    /// Notes that the queue takes a command of its own (submitted on its hardware context).
+    pub(crate) fn took_own(&self, now_ms: u64) {
+        self.own_at.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Whether the queue may lend credits to commands of other queues: only once it has been
+    /// idle of its own I/O for [`LEND_IDLE_MS`]. A command of another queue delays what the
+    /// queue sends after it by its whole transfer (the target moves a QP's data in order), so
+    /// a queue whose CPU is doing I/O keeps its QP to itself even between two of its commands.
+    pub(crate) fn lends_credits(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.own_at.load(Ordering::Relaxed)) >= LEND_IDLE_MS
     }
 
     pub(crate) fn qid(&self) -> u16 {
@@ -381,6 +432,7 @@ impl Queue {
                 inline_capsule,
                 signal_mask: prev_power_of_two(depth.clamp(1, SIGNAL_EVERY)) - 1,
                 credits: depth,
+                lent: AtomicU32::new(0),
             },
             GFP_KERNEL,
         )?;

@@ -13,6 +13,7 @@
 //!   see `Queue::post_command`), and the send of its own pages, if any, completed; reads are
 //!   copied out of the pool in `complete`, on the submitting CPU, and the slice is returned.
 
+use crate::clock::now_ms;
 use crate::ctrl::Ctrl;
 use crate::pool::{DataSlice, Dir, MemReg};
 use crate::proto::capsule::{self, SQE_SIZE};
@@ -207,6 +208,12 @@ pub(crate) fn process_response(
         return;
     }
     credit();
+    if matches!(owner, Some(Owner::Other { .. })) {
+        // The command of another queue held a loan of this queue's credit.
+        if let Some(conn) = queue.conn(&rcu) {
+            conn.lent_back();
+        }
+    }
     req.status
         .store(u16::from_le_bytes([raw[14], raw[15]]), Ordering::Relaxed);
     req.result.store(cqe.result, Ordering::Relaxed);
@@ -294,12 +301,33 @@ fn submit<'a>(
     rcu: &Rcu,
 ) -> Submitted<'a> {
     let (len, is_write) = (rq.data_len(), rq.is_write());
+    // A credit of its own queue first, so that a write is copied into the pool only for a
+    // command that can go. The core's tags keep this queue's commands within its depth;
+    // commands of other queues hold a few of its credits at most (see `Conn::lend_credit`), so
+    // when none is left commands of its own are in flight and blk-mq retries as they complete.
+    let qid = queue.qid();
+    if qid != 0 {
+        queue.took_own(now_ms());
+        if !conn.take_credit(u32::MAX) {
+            return Err(NotSent::Failed(rq, ENOMEM));
+        }
+    }
+    let give_back = || {
+        if qid != 0 {
+            conn.return_credit();
+        }
+    };
     let (mut sqe, data) = match map_command(ctrl, queue, conn, &rq, len, is_write, rcu) {
         Ok(c) => c,
-        Err(e) => return Err(NotSent::Failed(rq, e)),
+        Err(e) => {
+            give_back();
+            return Err(NotSent::Failed(rq, e));
+        }
     };
     if len >= crate::wrap::params::spread_bytes() && matches!(data, Data::None) {
         if let Some((other, oconn)) = spread(ctrl, queue, rq.pdu(), &mut sqe, rcu) {
+            // It holds a credit of the other queue instead.
+            give_back();
             let sub = rq.arm(false);
             // No send buffer and no in-capsule data: it goes inline.
             return match other.post_command(oconn, &sqe, None, SendData::None, 0) {
@@ -309,16 +337,11 @@ fn submit<'a>(
                 }
                 Err(e) => {
                     oconn.return_credit();
+                    oconn.lent_back();
                     Err(unsent(sub, e))
                 }
             };
         }
-    }
-    // The core's tags keep this queue's commands within its depth, unless commands of other
-    // queues took credits here: then blk-mq retries when I/O completes.
-    let qid = queue.qid();
-    if qid != 0 && !conn.take_credit(u32::MAX) {
-        return Err(NotSent::Failed(rq, ENOMEM));
     }
     let tag = rq.tag();
     let (send_data, pages) = match data {
@@ -333,9 +356,7 @@ fn submit<'a>(
                 false,
             ),
             None => {
-                if qid != 0 {
-                    conn.return_credit();
-                }
+                give_back();
                 return Err(NotSent::Failed(rq, errno::ENOTCONN()));
             }
         },
@@ -347,9 +368,7 @@ fn submit<'a>(
     match queue.post_command(conn, &sqe, Some(tag), send_data, tag) {
         Ok(()) => Ok((sub, len, is_write)),
         Err(e) => {
-            if qid != 0 {
-                conn.return_credit();
-            }
+            give_back();
             Err(unsent(sub, e))
         }
     }
@@ -575,9 +594,9 @@ fn own_pages<'q>(
 /// several QPs busy instead of one (soft-RoCE, like an adapter, works through each QP in
 /// order). The command keeps its own pool slice, goes as inline data (so that QP never refers
 /// to this queue's buffers) and gets an identifier unique on the other queue (see
-/// `proto::spread`), written into `sqe`; it takes one of that queue's credits, and may hold at
-/// most half of them, so the queue's own commands find room. `None` when it stays on its own
-/// queue.
+/// `proto::spread`), written into `sqe`; it borrows one of that queue's credits, which only a
+/// queue idle of its own I/O lends, and only a few of (see `Queue::lends_credits`,
+/// `Conn::lend_credit`). `None` when it stays on its own queue.
 fn spread<'a>(
     ctrl: &'a Ctrl,
     queue: &Queue,
@@ -592,7 +611,11 @@ fn spread<'a>(
     let other = ctrl.next_spread_queue(sp)?;
     // Not on a queue whose connection was reported lost while connecting: its commands in
     // flight were aborted then, a command sent now would wait out its timeout.
-    if other.qid() == queue.qid() || !other.is_live() || !other.connected() {
+    if other.qid() == queue.qid()
+        || !other.is_live()
+        || !other.connected()
+        || !other.lends_credits(now_ms())
+    {
         return None;
     }
     let conn = other.conn(rcu)?;
@@ -601,7 +624,7 @@ fn spread<'a>(
     }
     let cid = capsule::command_id(sqe);
     let wire = sp.encode(queue.qid(), cid)?;
-    if !conn.take_credit(conn.credits() / 2) {
+    if !conn.lend_credit() {
         return None;
     }
     sqe[2..4].copy_from_slice(&wire.to_le_bytes());
