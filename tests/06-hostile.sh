@@ -9,8 +9,8 @@
 # first connect and on a reconnect), completions with a wrong or unknown command_id,
 # duplicate and truncated completions, SEND_WITH_INV of a wrong RKEY and of the pool's own,
 # a command never completed, the association closed in the middle of a 4 MiB transfer,
-# keep-alive answered late (past KATO, and within it), and an RDMA WRITE with the RKEY of the
-# previous association, which must fail at the target with a remote access error. The reach of
+# keep-alive answered late (past KATO, and within it), and an RDMA READ with the RKEY a write
+# had on the previous association, which must fail at the target with a remote access error. The reach of
 # the pool's keys: an RDMA READ of a host read's buffer and an RDMA WRITE into a host write's
 # (each half of the pool is registered for one direction only) must fail with a remote access
 # error, and what the host's writes left in the pool must not be readable through the next
@@ -427,9 +427,10 @@ late_keepalive "late-keepalive:1500: answered late but within KATO, tolerated" 1
 
 # --- the previous association's RKEY must be dead ---------------------------------------------------
 # The target records the RKEY of a 4 MiB write, closes the association; on the new one it tries
-# an RDMA WRITE with the recorded RKEY before serving the next command.
+# an RDMA READ (the access the write's key was registered for) with the recorded RKEY before
+# serving the next command.
 stale_rkey() {
-	local name="stale-rkey: RDMA WRITE with the previous association's RKEY fails at the target"
+	local name="stale-rkey: RDMA READ with the previous association's RKEY fails at the target"
 	local dev ctrl key
 	selected "$name" || return 0
 	case_begin
@@ -446,7 +447,7 @@ stale_rkey() {
 		expect "the recorded RKEY is no longer registered" eval "[ -n '$key' ] && ! our_rkeys | grep -qx '$key'"
 		expect "the data reads back intact (through the stale WRITE and a second recovery)" \
 			read_check "$dev" 8 4
-		expect "the target tried the stale RKEY" hostile_wait 30 "^hostile stale-rkey: RDMA WRITE"
+		expect "the target tried the stale RKEY" hostile_wait 30 "^hostile stale-rkey: RDMA READ"
 		expect "the stale WRITE failed with a remote access error at the target" \
 			hostile_wait 30 "^stale-rkey result: remote-access-error"
 		grep '^stale-rkey result' "$HOSTILE_LOG" | ktap_diag

@@ -247,7 +247,7 @@ hdisconnect() {
 hdisconnect
 
 # The previous association's RKEY of the area must be dead: the target records the RKEY of a
-# 4 MiB write from the area and closes the association; on the new one, it tries an RDMA WRITE
+# 4 MiB write from the area and closes the association; on the new one, it tries an RDMA READ
 # with the recorded RKEY before serving the next command.
 stale_area_key() {
 	local hd key rc=0

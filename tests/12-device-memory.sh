@@ -221,7 +221,7 @@ ktap_check "link flap during a checkpoint from device memory: re-registered, eve
 
 # --- the previous association's key --------------------------------------------------------------
 # rsrdma-target records the RKEY of a write from device memory, closes the association, and on
-# the new one tries an RDMA WRITE with the recorded RKEY: it must fail.
+# the new one tries an RDMA READ with the recorded RKEY: it must fail.
 stale_key() {
 	local hd key rc=0
 	timeout 90 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$HOSTILE_PORT" \

@@ -67,8 +67,9 @@ Modes:
                            after its Connect (the host has the command cancelled by then)
   close-mid-transfer       close the association in the middle of a large transfer
   late-keepalive[:MS]      answer a keep-alive MS ms late (default: KATO + 3 s)
-  stale-rkey               record an RKEY, close the association, and on the new one try an
-                           RDMA WRITE with the old RKEY (reported as 'stale-rkey result: ...')
+  stale-rkey               record an RKEY, close the association, and on the new one try
+                           with the old RKEY the RDMA READ (of a write's buffer) or WRITE (of
+                           a read's) it was given for (reported as 'stale-rkey result: ...')
   scope:read-dest          RDMA READ of the buffer of a host read (the target's to write)
                            with its own RKEY (reported as 'scope result: ...')
   scope:write-src          RDMA WRITE into the buffer of a host write (the target's to read)

@@ -237,7 +237,10 @@ impl Target {
                     return false;
                 };
                 let c = q.cntlid.unwrap();
-                let prev = h.stale.as_ref().map(|s| (s.addr, s.key, s.len, s.cntlid));
+                let prev = h
+                    .stale
+                    .as_ref()
+                    .map(|s| (s.addr, s.key, s.len, s.cntlid, s.write));
                 match prev {
                     None => {
                         h.stale = Some(Stale {
@@ -245,6 +248,7 @@ impl Target {
                             key,
                             len: l,
                             cntlid: c,
+                            write: op == IO_WRITE,
                         });
                         h.kicked = true;
                         cmd.kick = true;
@@ -253,20 +257,25 @@ impl Target {
                         );
                         false
                     }
-                    Some((sa, sk, sl, sc)) if sc != c => {
+                    Some((sa, sk, sl, sc, sw)) if sc != c => {
                         h.done = true;
                         cmd.held = true;
                         let n = sl.min(4096);
+                        // The access the recorded command's key was registered for.
+                        let (rdma, verb, local) = if sw {
+                            (OP_READ, "READ", (self.scratch.at(0), self.scratch.lkey))
+                        } else {
+                            (OP_WRITE, "WRITE", (self.zeros.at(0), self.zeros.lkey))
+                        };
                         say!(
-                            "hostile stale-rkey: RDMA WRITE of {n} bytes to addr {sa:#x} with the previous association's rkey {sk:#x} (cntlid {sc}); this {what} on cntlid {c} carries rkey {key:#x}"
+                            "hostile stale-rkey: RDMA {verb} of {n} bytes at addr {sa:#x} with the previous association's rkey {sk:#x} (cntlid {sc}); this {what} on cntlid {c} carries rkey {key:#x}"
                         );
                         if sk == key {
                             say!("stale-rkey result: inconclusive (the host registered the same rkey again)");
                         }
                         h.stale_cmd = Some((q.token, cid));
-                        let (ptr, lkey) = (self.zeros.at(0), self.zeros.lkey);
                         let id = wr_id(K_STALE, cid, 0);
-                        let r = post_rdma(q, id, OP_WRITE, F_SIGNALED, (ptr, lkey), n, (sa, sk));
+                        let r = post_rdma(q, id, rdma, F_SIGNALED, local, n, (sa, sk));
                         if r < 0 {
                             say!("stale-rkey result: post failed ({})", errno_str(r));
                         }

@@ -168,6 +168,9 @@ struct Stale {
     key: u32,
     len: u32,
     cntlid: u16,
+    /// The recorded command was a host write: its key granted the target RDMA READ (else
+    /// RDMA WRITE), which the stale attempt uses.
+    write: bool,
 }
 
 /// The misbehaviour's state.
