@@ -448,7 +448,7 @@ stale_rkey() {
 		expect "the data reads back intact (through the stale WRITE and a second recovery)" \
 			read_check "$dev" 8 4
 		expect "the target tried the stale RKEY" hostile_wait 30 "^hostile stale-rkey: RDMA READ"
-		expect "the stale WRITE failed with a remote access error at the target" \
+		expect "the stale READ failed with a remote access error at the target" \
 			hostile_wait 30 "^stale-rkey result: remote-access-error"
 		grep '^stale-rkey result' "$HOSTILE_LOG" | ktap_diag
 		expect "then a fresh connect moves verified data" fresh_verify

@@ -458,8 +458,19 @@ impl Target {
             }
             None => say!("scope result: success (the rkey let the target do it)"),
         }
-        if p.failed.is_none() {
-            // Serve the held command after all.
+        self.release_held(
+            q,
+            cid,
+            p.failed.is_none(),
+            format!("the {tag} probe failed"),
+        );
+    }
+
+    /// Ends the hold of command `cid` after a misbehaviour's RDMA operation: serves it if the
+    /// operation succeeded (`ok`), else closes the association (the QP is in error; the host
+    /// reconnects and sends the command again), saying `why`.
+    fn release_held(&mut self, q: &mut Queue, cid: u16, ok: bool, why: String) {
+        if ok {
             let sqe = q.cmds.get(&cid).map(|c| c.sqe);
             if let Some(sqe) = sqe {
                 q.cmds.get_mut(&cid).unwrap().held = false;
@@ -468,11 +479,9 @@ impl Target {
                 self.io_data(q, cid, sqe.opcode(), off, len);
             }
         } else if let Some(c) = q.cntlid {
-            // The QP is in error: close the association, the host reconnects.
-            self.todo
-                .push(Action::DisconnectCtrl(c, format!("the {tag} probe failed")));
+            self.todo.push(Action::DisconnectCtrl(c, why));
         } else {
-            q.close("the probe failed");
+            q.close(&why);
         }
     }
 
@@ -488,23 +497,11 @@ impl Target {
             s => say!("stale-rkey result: {} (status {s})", wc_status_str(s)),
         }
         self.hostile.stale_cmd = None;
-        if status == WC_SUCCESS {
-            // Serve the held command after all.
-            let sqe = q.cmds.get(&cid).map(|c| c.sqe);
-            if let Some(sqe) = sqe {
-                q.cmds.get_mut(&cid).unwrap().held = false;
-                let off = (le64(&sqe.raw, 40) << LBA_SHIFT) as usize;
-                let len = ((u64::from(le16(&sqe.raw, 48)) + 1) << LBA_SHIFT) as usize;
-                self.io_data(q, cid, sqe.opcode(), off, len);
-            }
-        } else if let Some(c) = q.cntlid {
-            // The QP is in error: close the association, the host reconnects.
-            self.todo.push(Action::DisconnectCtrl(
-                c,
-                "the stale-rkey WRITE failed".into(),
-            ));
-        } else {
-            q.close("the stale-rkey WRITE failed");
-        }
+        self.release_held(
+            q,
+            cid,
+            status == WC_SUCCESS,
+            "the stale-rkey operation failed".into(),
+        );
     }
 }
