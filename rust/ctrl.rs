@@ -94,8 +94,11 @@ struct Recovery {
     policy: Policy,
     current: Option<Reconnect>,
     lost_at: Option<Ktime>,
-    /// The pool's RKEYs of the last connection (by `pool::Dir`), zero before the first.
+    /// The pool's RKEYs of the last connection (by `pool::Dir`), for the log.
     last_rkeys: [u32; 2],
+    /// The pool was registered on an earlier connection: the half a target reads holds what
+    /// that association was sent.
+    pool_exposed: bool,
 }
 
 /// An NVMe over RDMA controller: the transport's data of a [`Ctrl`].
@@ -277,7 +280,7 @@ impl RdmaCtrl {
             conn_dev: AtomicUsize::new(DeviceId::NONE.to_bits()),
             conn_port: AtomicU32::new(0),
             released <- Completion::new(),
-            recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkeys: [0; 2] }),
+            recovery <- kernel::new_mutex!(Recovery { policy, current: None, lost_at: None, last_rkeys: [0; 2], pool_exposed: false }),
             reconnects: AtomicU64::new(0),
             stats <- CtrlStats::new(),
             debugfs <- kernel::new_mutex!(None),
@@ -755,8 +758,18 @@ impl Ctrl {
             .get()
             .map(|c| c.pd.clone())
             .ok_or(errno::ENOTCONN())?;
-        let last = self.recovery.lock().last_rkeys;
-        if last[0] != 0 {
+        let (last, exposed) = {
+            let rec = self.recovery.lock();
+            (rec.last_rkeys, rec.pool_exposed)
+        };
+        // Under the slot's writer lock, with no earlier connection's registration installed:
+        // no request holds a slice (teardown ended them all before releasing it), nothing but
+        // this uses the pool's memory.
+        let mut w = self.reg.write();
+        if w.get().is_some() {
+            return Err(EBUSY);
+        }
+        if exposed {
             let start = Ktime::ktime_get();
             self.pool.clear(pool::Dir::ToTarget);
             let us = (Ktime::ktime_get() - start).to_ns() / 1000;
@@ -771,8 +784,8 @@ impl Ctrl {
         let reg = self.pool.map(&pd)?;
         // Installed before the registration requests are posted, so that the I/O path finds
         // them once the queues go live; each request holds its region until it completes.
-        let mut w = self.reg.write();
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
+        self.recovery.lock().pool_exposed = true;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
         let mut rkeys = [0; 2];
         for dir in pool::Dir::ALL {

@@ -307,7 +307,10 @@ fn submit<'a>(
     // when none is left commands of its own are in flight and blk-mq retries as they complete.
     let qid = queue.qid();
     if qid != 0 {
-        queue.took_own(now_ms());
+        // Only spreading asks when a queue last had I/O of its own.
+        if crate::wrap::params::spread_bytes() != u32::MAX {
+            queue.took_own(now_ms());
+        }
         if !conn.take_credit(u32::MAX) {
             return Err(NotSent::Failed(rq, ENOMEM));
         }

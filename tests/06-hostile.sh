@@ -475,9 +475,10 @@ RESULT_RE=''
 # pool's large area); after a reset, at the host's first write on the new association, it reads
 # those buffers through the new RKEY and compares them with what they held. The host clears that
 # half of the pool before registering it again: nothing of the old data may be found.
-# _residue_clean: the target read some bytes of the old buffers and found none of their data.
+# _residue_clean: the target read some bytes of the old buffers and found none of their data,
+# nor any byte other than zero (the buffers it reads are not the new write's).
 _residue_clean() {
-	grep -qE '^residue result: clean: [1-9][0-9]* bytes read in [1-9][0-9]* buffer\(s\), 0 holding' \
+	grep -qE '^residue result: clean: [1-9][0-9]* bytes read in [1-9][0-9]* buffer\(s\), 0 holding .*, 0 nonzero bytes$' \
 		"$HOSTILE_LOG"
 }
 
@@ -518,7 +519,7 @@ residue() {
 			hostile_wait 10 "^hostile residue: RDMA READ of [1-9]"
 		expect "the target's reads completed" hostile_wait 10 "^residue result: "
 		grep -E '^(hostile residue: RDMA|residue result)' "$HOSTILE_LOG" | ktap_diag
-		expect "they read some bytes and found none of the old data" _residue_clean
+		expect "they read some bytes and found none of the old data, only zeroes" _residue_clean
 		expect "the write reads back intact" small_check "$dev" 40960
 		expect "then a fresh connect moves verified data" fresh_verify
 	else

@@ -375,6 +375,7 @@ impl Target {
                     return false;
                 }
                 let base = self.scratch.lkey;
+                let mut reads = reads;
                 let mut posted = 0;
                 for (i, r) in reads.iter().enumerate() {
                     let ptr = self.scratch.at(i * RESIDUE_BYTES as usize);
@@ -394,6 +395,8 @@ impl Target {
                     }
                     posted += 1;
                 }
+                // Only what was read is compared.
+                reads.truncate(posted);
                 self.hostile.probe = Some(Probe {
                     token: q.token,
                     cid,
