@@ -16,7 +16,7 @@ use crate::peer::PeerRegs;
 use crate::pool::{self, MemReg, Pool, PoolConfig, PoolReg, MAX_IO_BYTES};
 use crate::proto::addr::Endpoint;
 use crate::proto::buddy::BUDDY_MAX_AREA;
-use crate::proto::reconnect::{Decision, Outcome, Policy, Reconnect};
+use crate::proto::reconnect::{config_in_flux, Decision, Outcome, Policy, Reconnect};
 use crate::proto::spread::Spread;
 use crate::queue::{Queue, ADMIN_DEPTH};
 use crate::request::{self, Request};
@@ -966,7 +966,7 @@ impl Ctrl {
     ) -> Result<(), Failure> {
         let queue = self.queue(qid);
         queue.set_started();
-        let res = connect(qid);
+        let res = connect(qid).map_err(|f| Failure { connect: true, ..f });
         match res {
             Ok(()) => queue.set_live(),
             Err(f) => {
@@ -1329,16 +1329,42 @@ impl Ctrl {
                 );
             }
             Err(f) => {
+                let outcome = self.retry_outcome(&f);
                 log_info!(
                     n,
                     "Failed reconnect attempt {} ({:?}{})",
                     attempt,
                     f.errno,
-                    if f.dnr { ", do not retry" } else { "" }
+                    if outcome == (Outcome::Failed { dnr: true }) {
+                        ", do not retry"
+                    } else {
+                        ""
+                    }
                 );
-                self.reconnect_or_remove(Outcome::Failed { dnr: f.dnr });
+                self.reconnect_or_remove(outcome);
             }
         }
+    }
+
+    /// How a failed attempt to connect a controller that was live again counts for its
+    /// reconnect: as its status says, except that a Connect refused with DNR for a reason that
+    /// means the target's configuration is changing (the host or the subsystem not there yet)
+    /// is retried, said in the log, until `ctrl_loss_tmo` ends the reconnect as for a target
+    /// that does not answer. A first connect still ends on it (see
+    /// `proto::reconnect::config_in_flux`).
+    fn retry_outcome(&self, f: &Failure) -> Outcome {
+        if f.dnr && f.connect {
+            if let Some(why) = config_in_flux(f.status) {
+                log_info!(
+                    self.core(),
+                    "connect refused: {} (status {:#x}), the target's configuration may be changing: retrying until ctrl_loss_tmo",
+                    why,
+                    f.status
+                );
+                return Outcome::Failed { dnr: false };
+            }
+        }
+        Outcome::Failed { dnr: f.dnr }
     }
 
     /// The reset work: tears the connection down and sets it up again.
@@ -1365,10 +1391,9 @@ impl Ctrl {
             }
             // As after a loss, the first attempt is made at once; unless this one, the reset's
             // own, failed for good.
-            self.reconnect_or_remove(if f.dnr {
-                Outcome::Failed { dnr: true }
-            } else {
-                Outcome::First
+            self.reconnect_or_remove(match self.retry_outcome(&f) {
+                Outcome::Failed { dnr: true } => Outcome::Failed { dnr: true },
+                _ => Outcome::First,
             });
         }
     }

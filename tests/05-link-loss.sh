@@ -7,7 +7,8 @@
 # after each recovery), the target changing its number of queues (the host's hardware queues
 # shrink and grow); no I/O may fail or read back wrong. Then the timeouts: link down
 # longer than fast_io_fail_tmo (I/O fails fast, then resumes), and longer than ctrl_loss_tmo
-# (the controller is deleted, nothing hangs); and reset and delete while reconnecting.
+# (the controller is deleted, nothing hangs); and reset and delete while reconnecting. Last, the
+# target's subsystem torn down and created again while the host reconnects.
 #
 # Per recovery it reports the time from the link (device, port) coming back to the first
 # completed read of a probe that reads in a loop.
@@ -97,7 +98,7 @@ cycle() {
 }
 
 ktap_print_header
-ktap_set_plan 24
+ktap_set_plan 25
 
 if ! rxe_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -569,6 +570,93 @@ connect_during_device_removal() {
 	return $rc
 }
 ktap_check "connect while the port goes down and the RDMA device is removed" connect_during_device_removal
+
+# --- the target reconfigured while the host reconnects ---------------------------------------------
+# The sequence a new user runs: a subsystem of its own that allows only one host, fio writing to
+# it, and the subsystem torn down and created again six times in the order configfs scripts use
+# (subsystem, namespace, port link, then the allowed host), with keep-alive 1 s and reconnect
+# delay 1 s. Reconnects land while the subsystem is gone (nvmet: invalid parameter, subsystem not
+# found) or linked but the host not yet allowed (invalid host), both with DNR: the controller must
+# keep retrying, come back each time, and every block written through it read back intact.
+NQN_RECONF=nqn.2026-12.io.rsrdma:reconf
+HOSTNQN_RECONF=nqn.2026-12.io.rsrdma:reconf-host
+RECONF_CYCLES=6
+
+# The namespace keeps its identifiers, as a saved configuration restores them (nvmet would draw a
+# new UUID and NGUID, and the host would drop the namespace as another one).
+RECONF_UUID=5f1fde70-12c4-4811-a1fe-1418bb8010e1
+reconf_create() {
+	local s=$NVMET_CFS/subsystems/$NQN_RECONF
+	mkdir "$s" && _w 0 "$s/attr_allow_any_host" && _w 5f1fde7012c44811 "$s/attr_serial" &&
+		mkdir "$s/namespaces/1" && _w "$RECONF_UUID" "$s/namespaces/1/device_uuid" &&
+		_w "$RECONF_UUID" "$s/namespaces/1/device_nguid" &&
+		_w /dev/rsrdma_reconf "$s/namespaces/1/device_path" && _w 1 "$s/namespaces/1/enable" &&
+		ln -s "$s" "$NVMET_CFS/ports/1/subsystems/$NQN_RECONF"
+}
+reconf_allow() {
+	ln -s "$NVMET_CFS/hosts/$HOSTNQN_RECONF" \
+		"$NVMET_CFS/subsystems/$NQN_RECONF/allowed_hosts/$HOSTNQN_RECONF"
+}
+reconf_remove() {
+	local s=$NVMET_CFS/subsystems/$NQN_RECONF
+	rm "$NVMET_CFS/ports/1/subsystems/$NQN_RECONF" "$s/allowed_hosts/$HOSTNQN_RECONF" &&
+		_w 0 "$s/namespaces/1/enable" && rmdir "$s/namespaces/1" && rmdir "$s"
+}
+
+target_reconfigured() {
+	local dev c i t mark fio_pid out=/tmp/rsrdma-reconf.json rc=0 ms=() refused gaveup verified
+	local back host subsys
+	_nullb_create rsrdma_reconf 64 512 || return 1
+	mkdir -p "$NVMET_CFS/hosts/$HOSTNQN_RECONF" && reconf_create && reconf_allow || return 1
+	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" \
+		-n "$NQN_RECONF" --hostnqn="$HOSTNQN_RECONF" --keep-alive-tmo=1 --reconnect-delay=1 \
+		--ctrl-loss-tmo=60 >/dev/null || return 1
+	wait_for 30 nvme_dev_for_nqn "$NQN_RECONF" || return 1
+	dev=$(nvme_dev_for_nqn "$NQN_RECONF")
+	c=$(basename "$(dirname "$(grep -lx "$NQN_RECONF" /sys/class/nvme/nvme*/subsysnqn | head -n1)")")
+	mark=$(kmsg_mark)
+	# 48 blocks of 1 MiB at one a second, then fio's verify pass over all of them.
+	(cd /tmp && fio --name=reconf --filename="$dev" --direct=1 --ioengine=libaio --rw=write \
+		--bs=1m --size=48m --rate=1m --verify=crc32c --do_verify=1 --verify_fatal=1 \
+		--verify_state_save=0 --output-format=json --output="$out") &
+	fio_pid=$!
+	sleep 3
+	for ((i = 1; i <= RECONF_CYCLES; i++)); do
+		reconf_remove || { echo "cycle $i: removing the subsystem failed"; rc=1; break; }
+		sleep 2
+		reconf_create || { echo "cycle $i: creating the subsystem failed"; rc=1; break; }
+		sleep 1.5
+		reconf_allow || { echo "cycle $i: allowing the host failed"; rc=1; break; }
+		t=$(now)
+		if ! wait_for 20 in_state "$c" live; then
+			echo "cycle $i: not live 20 s after the host was allowed again ($(ctrl_state "$c"))"
+			rc=1
+			break
+		fi
+		ms+=("$(awk -v a="$t" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }')")
+		sleep 1
+	done
+	wait "$fio_pid" || { echo "fio failed (status $?): $(grep -m3 -E 'err|verify' "$out")"; rc=1; }
+	verified=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["jobs"][0]["read"]["io_bytes"])' "$out" 2>/dev/null)
+	refused=$(dmesg_after "$mark" | grep -c "$c: connect refused: ")
+	host=$(dmesg_after "$mark" | grep -c "$c: connect refused: host not allowed")
+	subsys=$(dmesg_after "$mark" | grep -c "$c: connect refused: invalid connect parameters")
+	back=$(dmesg_after "$mark" | grep -c "$c: Successfully reconnected")
+	gaveup=$(dmesg_after "$mark" | grep -c "$c: giving up reconnecting")
+	echo "$RECONF_CYCLES cycles; live again after the host was allowed: ${ms[*]} ms; reconnects: $back;" \
+		"connects refused and retried: $refused ($host host not allowed, $subsys subsystem not found);" \
+		"given up: $gaveup; bytes verified by fio: ${verified:-none}"
+	dmesg_after "$mark" | grep -m3 "$c: connect refused: "
+	# Every cycle went through a reconnect, and some attempts met the refusals.
+	((${#ms[@]} == RECONF_CYCLES && back >= RECONF_CYCLES)) || rc=1
+	((refused > 0 && gaveup == 0)) || rc=1
+	[ "$verified" = $((48 << 20)) ] || rc=1
+	timeout 60 nvme disconnect -d "$c" >/dev/null 2>&1
+	rm -f "$out"
+	return $rc
+}
+ktap_check "target reconfigured $RECONF_CYCLES times while reconnecting: refusals retried, every block verified" \
+	target_reconfigured
 
 ktap_check "module unloads" host_unload
 ktap_check "kernel log clean" dmesg_check_clean

@@ -256,7 +256,7 @@ reconnect_fault() {
 }
 
 ktap_print_header
-ktap_set_plan 49
+ktap_set_plan 54
 
 if ! rxe_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -340,6 +340,12 @@ connect_fails "connect-error: Connect status 'controller busy', connect fails cl
 	"Connect command failed: controller is busy"
 connect_fails "connect-error-dnr: Connect status with DNR, connect fails cleanly" connect-error-dnr \
 	"Connect command failed: controller is busy"
+# The statuses a target answers while its configuration changes end a first connect (DNR), as for
+# any other status with DNR; on a reconnect they are retried (below).
+connect_fails "connect-host-denied: host not allowed, a first connect fails cleanly" \
+	connect-host-denied "Connect for subsystem .* is not allowed"
+connect_fails "connect-no-subsys: subsystem not found, a first connect fails cleanly" \
+	connect-no-subsys "Connect Invalid Data Parameter, subsysnqn"
 
 # --- reconnect: the same faults when the target forces a reconnect ----------------------------------
 reconnect_fault "reconnect, reject:6: the host tries again, controller back" "reject:6" 0 \
@@ -356,6 +362,38 @@ reconnect_fault "reconnect, connect-error without DNR: retried, controller back"
 	"Connect command failed: controller is busy"
 reconnect_fault "reconnect, connect-error with DNR: no retry, controller deleted" connect-error-dnr 1 \
 	"Connect command failed: controller is busy"
+# A controller that was live meets a target whose configuration is changing (nvmet refuses the
+# Connect with DNR while the host is not yet allowed, or the subsystem not yet there or not yet on
+# the port): retried until ctrl_loss_tmo, said in the log, and the controller comes back.
+reconnect_fault "reconnect, host not allowed (DNR): retried, controller back" connect-host-denied 0 \
+	"connect refused: host not allowed \(status 0x4184\).*retrying until ctrl_loss_tmo"
+reconnect_fault "reconnect, subsystem not found (DNR): retried, controller back" connect-no-subsys 0 \
+	"connect refused: invalid connect parameters \(subsystem not found\) \(status 0x4182\)"
+
+# A refusal that never ends is retried only until ctrl_loss_tmo: the controller is then deleted.
+persistent_refusal() {
+	local name="reconnect, host never allowed again: retried until ctrl_loss_tmo (8 s), then deleted"
+	local dev ctrl n
+	selected "$name" || return 0
+	case_begin
+	if hostile_start --mode connect-host-denied --after-reconnect --persist --arm signal &&
+		hconnect --reconnect-delay=1 --ctrl-loss-tmo=8 | ktap_diag && dev=$(hdev) &&
+		ctrl=$(hostile_ctrl) && hostile_arm; then
+		expect "a 1 MiB write succeeds" write_pattern "$dev" 8 1
+		expect "the target closed the association" \
+			hostile_wait 10 "^hostile connect-host-denied: closing"
+		expect "the controller is deleted" wait_for 40 in_state "$ctrl" gone
+		expect "dmesg: gives up at the loss timeout, not at the DNR" \
+			dmesg_has "giving up reconnecting: controller loss timeout expired"
+		n=$(dmesg_count "connect refused: host not allowed")
+		ktap_diag "connects refused and retried before the loss timeout: $n"
+		expect "the refusals were retried ($n, at least 3)" test "$n" -ge 3
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+persistent_refusal
 echo 5 >"$NVME_CORE/admin_timeout"
 reconnect_fault "reconnect, connect-hang@io: an I/O queue's Connect times out, retried" connect-hang@io 0 \
 	"opcode 0x7f \(connect\) QID [1-9][0-9]* timeout"

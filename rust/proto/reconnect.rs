@@ -16,7 +16,8 @@
 //! - Each later attempt starts `reconnect_delay` after the previous attempt
 //!   *started*, or immediately if that time has already passed (an attempt
 //!   that itself took longer than the delay).
-//! - A failure whose status has the DNR bit set ends the reconnect.
+//! - A failure whose status has the DNR bit set ends the reconnect, unless the status says
+//!   the target's configuration is changing ([`config_in_flux`]): the caller retries those.
 //! - An attempt that would start after `ctrl_loss_tmo` from the link loss is
 //!   not made: the reconnect gives up instead. An attempt starting exactly
 //!   at the deadline is still made.
@@ -82,6 +83,22 @@ impl GiveUpReason {
             GiveUpReason::Dnr => "connect failed with DNR set, or authentication failed",
             GiveUpReason::LossTimeout => "controller loss timeout expired",
         }
+    }
+}
+
+/// Connect statuses (status code type and code, as the core returns them) with which a target
+/// refuses a controller it knew a moment ago while its configuration changes: the host not (or
+/// not yet) allowed on the subsystem (Connect Invalid Host), or the subsystem not (yet) there or
+/// not on the port (Connect Invalid Parameters, which nvmet-rdma answers for an unknown
+/// subsystem). A target sets DNR with both, rightly for a first connect; for a controller that
+/// was live they mean "not now". The reason, for the log; `None` for any other status.
+pub fn config_in_flux(status: u16) -> Option<&'static str> {
+    // The status code type and code only: not DNR (bit 14), More (13) or the retry delay
+    // (11-12).
+    match status & 0x7ff {
+        0x184 => Some("host not allowed"),
+        0x182 => Some("invalid connect parameters (subsystem not found)"),
+        _ => None,
     }
 }
 
@@ -390,6 +407,25 @@ mod tests {
         // Later still: it counts from the time it was brought forward to.
         r.bring_forward(5_100);
         assert_eq!(r.next(5_200, failed()), Decision::AttemptIn(6_800));
+    }
+
+    #[test]
+    fn config_in_flux_statuses() {
+        // nvmet's answers: Connect Invalid Host and Invalid Parameters, with DNR.
+        assert_eq!(config_in_flux(0x4184), Some("host not allowed"));
+        assert_eq!(
+            config_in_flux(0x4182),
+            Some("invalid connect parameters (subsystem not found)")
+        );
+        assert_eq!(config_in_flux(0x184), Some("host not allowed"));
+        // More and a command retry delay do not change it.
+        assert_eq!(config_in_flux(0x6184), Some("host not allowed"));
+        assert_eq!(config_in_flux(0x4984), Some("host not allowed"));
+        // Controller busy, invalid format, a generic error, success, another type's 0x84:
+        // not in flux.
+        for s in [0x4181, 0x180, 0x4002, 0x0, 0x4084, 0x4284] {
+            assert_eq!(config_in_flux(s), None, "{s:#x}");
+        }
     }
 
     #[test]

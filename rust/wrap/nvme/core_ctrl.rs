@@ -28,11 +28,20 @@ const NVME_STATUS_DNR: i32 = 0x4000;
 pub(crate) struct Failure {
     pub(crate) errno: Error,
     pub(crate) dnr: bool,
+    /// The NVMe status the command failed with (with its DNR and More bits), 0 for none.
+    pub(crate) status: u16,
+    /// The failed command was a Fabrics Connect (set by the caller that sent one).
+    pub(crate) connect: bool,
 }
 
 impl From<Error> for Failure {
     fn from(errno: Error) -> Self {
-        Self { errno, dnr: false }
+        Self {
+            errno,
+            dnr: false,
+            status: 0,
+            connect: false,
+        }
     }
 }
 
@@ -48,11 +57,15 @@ pub(crate) fn status_result(ret: i32) -> Result<(), Failure> {
                 errno,
                 dnr: errno == super::super::errno::EKEYREJECTED()
                     || errno == super::super::errno::ENOKEY(),
+                status: 0,
+                connect: false,
             })
         }
         r => Err(Failure {
             errno: EIO,
             dnr: r & NVME_STATUS_DNR != 0,
+            status: r as u16,
+            connect: false,
         }),
     }
 }

@@ -32,6 +32,8 @@ Serves one NVMe subsystem with one memory-backed namespace (512-byte blocks) ove
       --mode MODE          misbehaviour, applied once (polite)
       --after-reconnect    for the connect modes: serve politely, close the association at
                            the first I/O command once armed, and misbehave on the reconnect
+      --persist            connect-host-denied and connect-no-subsys: refuse every Connect
+                           once active, not only the first
       --arm now|signal     when the I/O modes (and --after-reconnect) become active: at once,
                            or at the first SIGUSR1 (now)
       --mid-min BYTES      close-mid-transfer: smallest transfer it applies to (1048576)
@@ -55,6 +57,10 @@ Modes:
                            host never registered (its receive fails; the connection stays)
   connect-error[@io]       fail the Connect with 'controller busy' (0x181), without DNR
   connect-error-dnr[@io]   the same with DNR set
+  connect-host-denied[@io] fail the Connect with 'invalid host' (0x184) and DNR, as nvmet does
+                           for a host not (yet) allowed on the subsystem
+  connect-no-subsys[@io]   fail the Connect with 'invalid parameter' (0x182), naming the
+                           subsystem NQN, and DNR, as nvmet does for an unknown subsystem
   bad-cid                  answer an I/O command with a wrong command_id (generation bits)
   dup-cqe                  send the completion of an I/O command twice
   short-recv[:N]           send only N (8) bytes as the response of an I/O command
@@ -143,6 +149,7 @@ fn parse_args() -> (Config, Option<RawConfig>) {
                 })
             }
             "--after-reconnect" => cfg.after_reconnect = true,
+            "--persist" => cfg.persist = true,
             "--arm" => {
                 cfg.arm_on_signal = match value(&mut args, &a).as_str() {
                     "now" => false,

@@ -44,6 +44,7 @@ pub const SC_LBA_RANGE: u16 = 0x80;
 pub const SC_CONNECT_FORMAT: u16 = 0x180;
 pub const SC_CONNECT_CTRL_BUSY: u16 = 0x181;
 pub const SC_CONNECT_INVALID_PARAM: u16 = 0x182;
+pub const SC_CONNECT_INVALID_HOST: u16 = 0x184;
 pub const SC_DNR: u16 = 0x4000;
 
 // Properties

@@ -11,6 +11,7 @@ pub enum Mode {
     ConnectDrop { io: bool },
     ConnectInv { io: bool },
     ConnectError { dnr: bool, io: bool },
+    ConnectRefused { subsys: bool, io: bool },
     BadCid,
     DupCqe,
     ShortRecv(u32),
@@ -46,6 +47,8 @@ impl Mode {
             ("connect-inv", None) => Mode::ConnectInv { io },
             ("connect-error", None) => Mode::ConnectError { dnr: false, io },
             ("connect-error-dnr", None) => Mode::ConnectError { dnr: true, io },
+            ("connect-host-denied", None) => Mode::ConnectRefused { subsys: false, io },
+            ("connect-no-subsys", None) => Mode::ConnectRefused { subsys: true, io },
             ("bad-cid", None) => Mode::BadCid,
             ("dup-cqe", None) => Mode::DupCqe,
             ("short-recv", None) => Mode::ShortRecv(8),
@@ -78,6 +81,7 @@ impl Mode {
                 | Mode::ConnectDrop { .. }
                 | Mode::ConnectInv { .. }
                 | Mode::ConnectError { .. }
+                | Mode::ConnectRefused { .. }
         )
     }
 
@@ -92,6 +96,8 @@ impl Mode {
             Mode::ConnectInv { io } => format!("connect-inv{}", at(io)),
             Mode::ConnectError { dnr: false, io } => format!("connect-error{}", at(io)),
             Mode::ConnectError { dnr: true, io } => format!("connect-error-dnr{}", at(io)),
+            Mode::ConnectRefused { subsys: false, io } => format!("connect-host-denied{}", at(io)),
+            Mode::ConnectRefused { subsys: true, io } => format!("connect-no-subsys{}", at(io)),
             Mode::BadCid => "bad-cid".into(),
             Mode::DupCqe => "dup-cqe".into(),
             Mode::ShortRecv(_) => "short-recv".into(),
@@ -121,6 +127,7 @@ pub struct Config {
     pub max_io_queues: u16,
     pub mode: Mode,
     pub after_reconnect: bool,
+    pub persist: bool,
     pub arm_on_signal: bool,
     pub mid_min: u32,
     pub verbose: bool,
@@ -139,6 +146,7 @@ impl Default for Config {
             max_io_queues: 8,
             mode: Mode::Polite,
             after_reconnect: false,
+            persist: false,
             arm_on_signal: false,
             mid_min: 1 << 20,
             verbose: false,

@@ -96,6 +96,27 @@ impl Target {
                         Some(RspHostility::SendInv(0xffff_ff5b));
                     return self.respond(q, cid, SC_CONNECT_CTRL_BUSY, 0);
                 }
+                Mode::ConnectRefused { subsys, io } if io == (qid != 0) => {
+                    self.hostile.done = !self.cfg.persist;
+                    // As nvmet answers while its configuration changes: the host not (yet)
+                    // allowed, or the subsystem not (yet) there (invalid parameter: the
+                    // subsystem NQN of the Connect data, at offset 256).
+                    let (sc, result, what) = if subsys {
+                        (
+                            SC_CONNECT_INVALID_PARAM,
+                            (1 << 16) | 256,
+                            "subsystem not found",
+                        )
+                    } else {
+                        (SC_CONNECT_INVALID_HOST, 0, "host not allowed")
+                    };
+                    let sc = sc | SC_DNR;
+                    say!(
+                        "hostile {}: failed the Connect of qid {qid} with status {sc:#x} ({what}, do not retry)",
+                        self.hostile.mode.name()
+                    );
+                    return self.respond(q, cid, sc, result);
+                }
                 Mode::ConnectError { dnr, io } if io == (qid != 0) => {
                     self.hostile.done = true;
                     let sc = SC_CONNECT_CTRL_BUSY | if dnr { SC_DNR } else { 0 };
