@@ -75,18 +75,21 @@ _rdma_resources() {
 }
 _no_rdma_resources() { ! _rdma_resources | grep -qv ' 0$'; }
 
-# write_pattern DEV MIB_OFFSET MIB: a new random pattern, written in one direct write.
-write_pattern() {
-	head -c "$(($3 << 20))" /dev/urandom >"$PAT"
-	timeout 180 dd if="$PAT" of="$1" bs="$(($3 << 20))" count=1 seek="$(($2 << 20))" \
-		oflag=direct,seek_bytes conv=notrunc status=none
+# write_bytes DEV OFFSET BYTES: a new random pattern, written in one direct write;
+# check_bytes DEV OFFSET BYTES: read it back in one direct read and compare.
+write_bytes() {
+	head -c "$3" /dev/urandom >"$PAT"
+	timeout 180 dd if="$PAT" of="$1" bs="$3" count=1 seek="$2" oflag=direct,seek_bytes \
+		conv=notrunc status=none
+}
+check_bytes() {
+	timeout 180 dd if="$1" bs="$3" count=1 skip="$2" iflag=direct,skip_bytes status=none |
+		cmp -s - "$PAT"
 }
 
-# read_check DEV MIB_OFFSET MIB: read it back in one direct read and compare.
-read_check() {
-	timeout 180 dd if="$1" bs="$(($3 << 20))" count=1 skip="$(($2 << 20))" iflag=direct,skip_bytes \
-		status=none | cmp -s - "$PAT"
-}
+# write_pattern DEV MIB_OFFSET MIB, read_check DEV MIB_OFFSET MIB: the same in MiB.
+write_pattern() { write_bytes "$1" "$(($2 << 20))" "$(($3 << 20))"; }
+read_check() { check_bytes "$1" "$(($2 << 20))" "$(($3 << 20))"; }
 
 dmesg_has() { dmesg_since_mark | grep -qE -- "$1"; }
 dmesg_count() { dmesg_since_mark | grep -cE -- "$1"; }
@@ -520,18 +523,6 @@ _residue_clean() {
 		"$HOSTILE_LOG"
 }
 
-# small_write DEV KIB_OFFSET / small_check DEV KIB_OFFSET: 16 KiB of new random data in one
-# direct write (past the in-capsule size: a keyed SGL to a slot of the pool), and its read-back.
-small_write() {
-	head -c 16384 /dev/urandom >"$PAT"
-	timeout 60 dd if="$PAT" of="$1" bs=16k count=1 seek="$(($2 << 10))" oflag=direct,seek_bytes \
-		conv=notrunc status=none
-}
-small_check() {
-	timeout 60 dd if="$1" bs=16k count=1 skip="$(($2 << 10))" iflag=direct,skip_bytes status=none |
-		cmp -s - "$PAT"
-}
-
 residue() {
 	local name="residue: the next association's RKEY reads nothing the last one was sent"
 	local dev ctrl out rc
@@ -552,13 +543,14 @@ residue() {
 		expect "the host cleared the pool's half for host writes before registering it again" \
 			wait_for 10 dmesg_has "pool: cleared the [0-9]+ KiB half for host writes"
 		dmesg_since_mark | grep -oE 'pool: cleared .*' | ktap_diag
-		expect "a 16 KiB write on the new association succeeds" small_write "$dev" 40960
+		# 16 KiB: past the in-capsule size, a keyed SGL to a slot of the pool.
+		expect "a 16 KiB write on the new association succeeds" write_bytes "$dev" $((40 << 20)) 16384
 		expect "the target read the old buffers through the new RKEY" \
 			hostile_wait 10 "^hostile residue: RDMA READ of [1-9]"
 		expect "the target's reads completed" hostile_wait 10 "^residue result: "
 		grep -E '^(hostile residue: RDMA|residue result)' "$HOSTILE_LOG" | ktap_diag
 		expect "they read some bytes and found none of the old data, only zeroes" _residue_clean
-		expect "the write reads back intact" small_check "$dev" 40960
+		expect "the write reads back intact" check_bytes "$dev" $((40 << 20)) 16384
 		expect "then a fresh connect moves verified data" fresh_verify
 	else
 		BAD+=("set-up failed (target, connect or arming)")

@@ -286,9 +286,6 @@ impl Target {
                 ctrl.io.retain(|&t| t != token);
             }
         }
-        if self.hostile.stale_cmd.is_some_and(|(t, _)| t == token) {
-            self.hostile.stale_cmd = None;
-        }
         if self
             .hostile
             .probe

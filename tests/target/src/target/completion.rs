@@ -39,9 +39,6 @@ impl Target {
         let kind = wc.wr_id >> 56;
         let cid = (wc.wr_id >> 32) as u16;
         let aux = wc.wr_id as u32;
-        if kind == K_STALE {
-            return self.stale_done(q, cid, wc.status);
-        }
         if kind == K_PROBE {
             return self.probe_done(q, cid, wc.status);
         }

@@ -273,8 +273,14 @@ impl Target {
                         if sk == key {
                             say!("stale-rkey result: inconclusive (the host registered the same rkey again)");
                         }
-                        h.stale_cmd = Some((q.token, cid));
-                        let id = wr_id(K_STALE, cid, 0);
+                        h.probe = Some(Probe {
+                            token: q.token,
+                            cid,
+                            pending: 1,
+                            failed: None,
+                            reads: Vec::new(),
+                        });
+                        let id = wr_id(K_PROBE, cid, 0);
                         let r = post_rdma(q, id, rdma, F_SIGNALED, local, n, (sa, sk));
                         if r < 0 {
                             say!("stale-rkey result: post failed ({})", errno_str(r));
@@ -410,7 +416,7 @@ impl Target {
         }
     }
 
-    /// A work request of a scope or residue probe completed (`status`). Once all have, says
+    /// A work request of a stale-rkey, scope or residue probe completed (`status`). Once all have, says
     /// what they found; then serves the held command if the host's memory let the target do
     /// what it tried, or closes the association (its QP is in error) so that the host
     /// reconnects and sends the command again.
@@ -430,10 +436,10 @@ impl Target {
         }
         let p = self.hostile.probe.take().unwrap();
         let mode = self.hostile.mode;
-        let tag = if mode == Mode::Residue {
-            "residue"
-        } else {
-            "scope"
+        let tag = match mode {
+            Mode::Residue => "residue",
+            Mode::StaleRkey => "stale-rkey",
+            _ => "scope",
         };
         match p.failed {
             Some(WC_REM_ACCESS_ERR) => say!(
@@ -459,21 +465,10 @@ impl Target {
                     p.reads.len()
                 );
             }
-            None => say!("scope result: success (the rkey let the target do it)"),
+            None => say!("{tag} result: success (the rkey let the target do it)"),
         }
-        self.release_held(
-            q,
-            cid,
-            p.failed.is_none(),
-            format!("the {tag} probe failed"),
-        );
-    }
-
-    /// Ends the hold of command `cid` after a misbehaviour's RDMA operation: serves it if the
-    /// operation succeeded (`ok`), else closes the association (the QP is in error; the host
-    /// reconnects and sends the command again), saying `why`.
-    fn release_held(&mut self, q: &mut Queue, cid: u16, ok: bool, why: String) {
-        if ok {
+        if p.failed.is_none() {
+            // Serve the held command after all.
             let sqe = q.cmds.get(&cid).map(|c| c.sqe);
             if let Some(sqe) = sqe {
                 q.cmds.get_mut(&cid).unwrap().held = false;
@@ -482,29 +477,11 @@ impl Target {
                 self.io_data(q, cid, sqe.opcode(), off, len);
             }
         } else if let Some(c) = q.cntlid {
-            self.todo.push(Action::DisconnectCtrl(c, why));
+            // The QP is in error: close the association, the host reconnects.
+            self.todo
+                .push(Action::DisconnectCtrl(c, format!("the {tag} probe failed")));
         } else {
-            q.close(&why);
+            q.close("the probe failed");
         }
-    }
-
-    pub(super) fn stale_done(&mut self, q: &mut Queue, cid: u16, status: u32) {
-        match status {
-            WC_SUCCESS => {
-                say!("stale-rkey result: success (the old rkey still grants access to host memory)")
-            }
-            WC_REM_ACCESS_ERR => say!(
-                "stale-rkey result: remote-access-error ({}): the old rkey no longer grants access",
-                wc_status_str(status)
-            ),
-            s => say!("stale-rkey result: {} (status {s})", wc_status_str(s)),
-        }
-        self.hostile.stale_cmd = None;
-        self.release_held(
-            q,
-            cid,
-            status == WC_SUCCESS,
-            "the stale-rkey operation failed".into(),
-        );
     }
 }

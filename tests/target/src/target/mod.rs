@@ -47,7 +47,6 @@ const K_RECV: u64 = 1;
 const K_RSP: u64 = 2;
 const K_READ: u64 = 3;
 const K_WRITE: u64 = 4;
-const K_STALE: u64 = 5;
 const K_MID: u64 = 6;
 const K_PROBE: u64 = 7;
 /// residue: buffers recorded at most, and bytes read back of each.
@@ -153,7 +152,8 @@ struct Recorded {
     cntlid: u16,
 }
 
-/// RDMA operations of a scope or residue probe, posted for command `cid` of queue `token`.
+/// RDMA operations of a stale-rkey, scope or residue probe, posted for command `cid` of queue
+/// `token`.
 struct Probe {
     token: u64,
     cid: u16,
@@ -182,8 +182,7 @@ struct Hostile {
     kicked: bool,
     done: bool,
     stale: Option<Stale>,
-    stale_cmd: Option<(u64, u16)>,
-    /// scope and residue: the RDMA operations in flight for the held command.
+    /// stale-rkey, scope and residue: the RDMA operations in flight for the held command.
     probe: Option<Probe>,
     /// residue: the host's write buffers on the recorded association.
     residue: Vec<Recorded>,
@@ -262,7 +261,6 @@ pub fn run(cfg: Config) -> Result<(), String> {
             kicked: false,
             done: cfg.mode == Mode::Polite,
             stale: None,
-            stale_cmd: None,
             probe: None,
             residue: Vec::new(),
             late: None,
