@@ -358,10 +358,10 @@ impl RdmaCtrl {
         self.peer_registrations.load(Ordering::Relaxed)
     }
 
-    /// RKEY of the area's current registration, 0 when not registered.
-    pub(crate) fn area_rkey(&self) -> u32 {
+    /// RKEY of the area's current registration, if registered on a connection.
+    pub(crate) fn area_rkey(&self) -> Option<u32> {
         let rcu = RcuReadGuard::new();
-        self.area_reg(&rcu).map_or(0, |r| r.region().rkey())
+        self.area_reg(&rcu).map(|r| r.region().rkey())
     }
 
     /// Calls `f` with the area's device, once it exists (until deletion).
@@ -383,7 +383,7 @@ impl RdmaCtrl {
     pub(crate) fn pool_rkeys(&self) -> Option<[u32; 2]> {
         let rcu = RcuReadGuard::new();
         let reg = self.reg(&rcu)?;
-        Some(pool::Dir::ALL.map(|d| reg.half(d).region().rkey()))
+        Some(reg.rkeys())
     }
 
     pub(crate) fn queue(&self, qid: u16) -> &Queue {
@@ -787,19 +787,18 @@ impl Ctrl {
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         self.recovery.lock().pool_exposed = true;
         let reg = w.get().ok_or(errno::ENOTCONN())?;
-        let mut rkeys = [0; 2];
         for dir in pool::Dir::ALL {
             let region = reg.half(dir).region();
             self.queue(0)
                 .register_region(self, region, dir.access(), "pool")?;
             let (rkey, iova, len) = (region.rkey(), region.iova(), region.length());
-            rkeys[dir as usize] = rkey;
-            if last[dir as usize] != 0 && last[dir as usize] != rkey {
+            let was = last[dir.index()];
+            if was != 0 && was != rkey {
                 log_info!(
                     self.core(),
                     "pool re-registered: {}: rkey {:#x} -> {:#x}",
                     dir.as_str(),
-                    last[dir as usize],
+                    was,
                     rkey
                 );
             }
@@ -814,6 +813,7 @@ impl Ctrl {
                 rkey
             );
         }
+        let rkeys = reg.rkeys();
         drop(w);
         self.recovery.lock().last_rkeys = rkeys;
         self.register_area(&pd)?;

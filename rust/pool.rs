@@ -64,7 +64,8 @@ impl Dir {
         }
     }
 
-    fn index(self) -> usize {
+    /// Its index in arrays of both halves.
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
@@ -305,6 +306,11 @@ impl PoolReg {
     /// The registration of half `dir`.
     pub(crate) fn half(&self, dir: Dir) -> &MemReg {
         &self.0[dir.index()]
+    }
+
+    /// The RKEYs of the halves, indexed by [`Dir`].
+    pub(crate) fn rkeys(&self) -> [u32; 2] {
+        Dir::ALL.map(|d| self.half(d).region().rkey())
     }
 }
 

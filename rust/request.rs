@@ -301,6 +301,7 @@ fn submit<'a>(
     rcu: &Rcu,
 ) -> Submitted<'a> {
     let (len, is_write) = (rq.data_len(), rq.is_write());
+    let spread_min = crate::wrap::params::spread_bytes();
     // A credit of its own queue first, so that a write is copied into the pool only for a
     // command that can go. The core's tags keep this queue's commands within its depth;
     // commands of other queues hold a few of its credits at most (see `Conn::lend_credit`), so
@@ -308,7 +309,7 @@ fn submit<'a>(
     let qid = queue.qid();
     if qid != 0 {
         // Only spreading asks when a queue last had I/O of its own.
-        if crate::wrap::params::spread_bytes() != u32::MAX {
+        if spread_min != u32::MAX {
             queue.took_own(now_ms());
         }
         if !conn.take_credit(u32::MAX) {
@@ -327,7 +328,7 @@ fn submit<'a>(
             return Err(NotSent::Failed(rq, e));
         }
     };
-    if len >= crate::wrap::params::spread_bytes() && matches!(data, Data::None) {
+    if len >= spread_min && matches!(data, Data::None) {
         if let Some((other, oconn)) = spread(ctrl, queue, rq.pdu(), &mut sqe, rcu) {
             // It holds a credit of the other queue instead.
             give_back();

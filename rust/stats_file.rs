@@ -11,15 +11,15 @@ use crate::wrap::nvme::CtrlRef;
 use crate::wrap::sync::RcuReadGuard;
 use core::sync::atomic::Ordering;
 
-/// Whether a registration holds an RKEY (0: none), and which: `registered, rkey 0x..` or
+/// Whether a registration holds an RKEY, and which: `registered, rkey 0x..` or
 /// `not registered, no rkey`.
-struct Registered(u32);
+struct Registered(Option<u32>);
 
 impl core::fmt::Display for Registered {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self.0 {
-            0 => f.write_str("not registered, no rkey"),
-            k => write!(f, "registered, rkey {k:#x}"),
+            None => f.write_str("not registered, no rkey"),
+            Some(k) => write!(f, "registered, rkey {k:#x}"),
         }
     }
 }
