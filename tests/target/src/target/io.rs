@@ -273,13 +273,7 @@ impl Target {
                         if sk == key {
                             say!("stale-rkey result: inconclusive (the host registered the same rkey again)");
                         }
-                        h.probe = Some(Probe {
-                            token: q.token,
-                            cid,
-                            pending: 1,
-                            failed: None,
-                            reads: Vec::new(),
-                        });
+                        h.probe = Some(Probe::new(q.token, cid, 1, Vec::new()));
                         let id = wr_id(K_PROBE, cid, 0);
                         let r = post_rdma(q, id, rdma, F_SIGNALED, local, n, (sa, sk));
                         if r < 0 {
@@ -311,13 +305,7 @@ impl Target {
                     "hostile {name}: RDMA {} of {n} bytes at addr {addr:#x} with rkey {key:#x}: the buffer of the {what}, which the target may only {may}",
                     if read_dest { "READ" } else { "WRITE" }
                 );
-                h.probe = Some(Probe {
-                    token: q.token,
-                    cid,
-                    pending: 1,
-                    failed: None,
-                    reads: Vec::new(),
-                });
+                h.probe = Some(Probe::new(q.token, cid, 1, Vec::new()));
                 let (ptr, lkey) = (self.scratch.at(0), self.scratch.lkey);
                 let r = post_rdma(
                     q,
@@ -403,13 +391,7 @@ impl Target {
                 }
                 // Only what was read is compared.
                 reads.truncate(posted);
-                self.hostile.probe = Some(Probe {
-                    token: q.token,
-                    cid,
-                    pending: posted,
-                    failed: None,
-                    reads,
-                });
+                self.hostile.probe = Some(Probe::new(q.token, cid, posted, reads));
                 true
             }
             _ => false,

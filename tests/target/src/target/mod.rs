@@ -163,6 +163,19 @@ struct Probe {
     reads: Vec<Recorded>,
 }
 
+impl Probe {
+    /// `pending` operations posted for command `cid` of queue `token` (`reads`: residue's).
+    fn new(token: u64, cid: u16, pending: usize, reads: Vec<Recorded>) -> Self {
+        Probe {
+            token,
+            cid,
+            pending,
+            failed: None,
+            reads,
+        }
+    }
+}
+
 struct Stale {
     addr: u64,
     key: u32,
