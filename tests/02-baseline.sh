@@ -8,8 +8,6 @@
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
-FIO_SECONDS=${FIO_SECONDS:-10}
-
 cleanup() {
 	host_disconnect_all >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
@@ -81,11 +79,11 @@ if need "nvme_list_size"; then
 	fi
 fi
 
-if need "fio_verify_${FIO_SECONDS}s"; then
-	if fio_verify "$dev" "$FIO_SECONDS"; then
-		ktap_test_pass "fio_verify_${FIO_SECONDS}s"
+if need "fio_verify_64MiB"; then
+	if fio_verify "$dev" --size=64m; then
+		ktap_test_pass "fio_verify_64MiB"
 	else
-		ktap_test_fail "fio_verify_${FIO_SECONDS}s"
+		ktap_test_fail "fio_verify_64MiB"
 	fi
 fi
 

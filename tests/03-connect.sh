@@ -137,9 +137,9 @@ dev2=$(wait_for 30 nvme_dev_for_nqn "$NQN_NULL2" && nvme_dev_for_nqn "$NQN_NULL2
 ktap_diag "controllers: $dev1 $dev2"
 r1=1 r2=1
 if [ -n "$dev1" ] && [ -n "$dev2" ] && [ "$dev1" != "$dev2" ]; then
-	fio_verify "$dev1" 3 --size=4m &
+	fio_verify "$dev1" --size=4m &
 	p=$!
-	fio_verify "$dev2" 3 --size=4m
+	fio_verify "$dev2" --size=4m
 	r2=$?
 	wait "$p"
 	r1=$?
@@ -186,7 +186,7 @@ ipv6_connect() {
 		address=$(cat "$c/address" 2>/dev/null)
 		line=$(dmesg_since_mark | grep -o 'new ctrl: NQN "'"$NQN_NULL"'", addr [^ ]*' | head -n1)
 		ktap_diag "${c##*/}: address=$address; ${line:-no new ctrl line}"
-		fio_verify "$d" 2 --size=4m || ok=0
+		fio_verify "$d" --size=4m || ok=0
 		[ "$address" = "traddr=$traddr,trsvcid=$TARGET_PORT" ] || ok=0
 		[ "$line" = "new ctrl: NQN \"$NQN_NULL\", addr $shown," ] || ok=0
 	else

@@ -11,8 +11,9 @@
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
-SECS=${RSRDMA_IO_SECONDS:-4}
-SPLIT=(--numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split)
+# Two jobs, one per CPU; for fio_verify, each in a region of its own (blocks of different sizes
+# from the two jobs would overlap and tear each other's pattern).
+SPLIT=(--numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split --offset_increment=64m)
 
 cleanup() {
 	mountpoint -q /tmp/rsrdma-mnt && umount /tmp/rsrdma-mnt
@@ -62,17 +63,18 @@ kb=$(cat "/sys/block/${dev##*/}/queue/max_hw_sectors_kb" 2>/dev/null)
 ktap_diag "max_hw_sectors_kb $kb (transport limit 4096, target MDTS 1 MiB)"
 ktap_check "transfer size limited by the target's MDTS" test "$kb" = 1024
 
-ktap_check "fio verify 512 B, QD1" fio_verify "$dev" "$SECS" --bs=512 --iodepth=1 --size=4m
-ktap_check "fio verify 4 KiB, QD32, 2 jobs" fio_verify "$dev" "$SECS" --bs=4k --iodepth=32 "${SPLIT[@]}"
-ktap_check "fio verify 128 KiB, QD8" fio_verify "$dev" "$SECS" --bs=128k --iodepth=8
-ktap_check "fio verify 1 MiB, QD4, 2 jobs" fio_verify "$dev" "$SECS" --bs=1m --iodepth=4 "${SPLIT[@]}"
-ktap_check "fio verify 4 MiB, QD2" fio_verify "$dev" "$SECS" --bs=4m --iodepth=2
-ktap_check "fio verify mixed sizes, QD16, 2 jobs" fio_verify "$dev" "$SECS" \
+ktap_check "fio verify 512 B, QD1" fio_verify "$dev" --bs=512 --iodepth=1 --size=2m
+ktap_check "fio verify 4 KiB, QD32, 2 jobs" fio_verify "$dev" --bs=4k --iodepth=32 "${SPLIT[@]}"
+ktap_check "fio verify 128 KiB, QD8" fio_verify "$dev" --bs=128k --iodepth=8
+ktap_check "fio verify 1 MiB, QD4, 2 jobs" fio_verify "$dev" --bs=1m --iodepth=4 "${SPLIT[@]}"
+# 4 MiB commands exist only against rsrdma-target (06-hostile, 11-area): here each block is four.
+ktap_check "fio verify 4 MiB blocks (1 MiB commands), QD2" fio_verify "$dev" --bs=4m --iodepth=2 --size=64m
+ktap_check "fio verify mixed sizes, QD16, 2 jobs" fio_verify "$dev" \
 	--bssplit=512/10:4k/45:16k/10:128k/20:1m/10:4m/5 --iodepth=16 "${SPLIT[@]}"
 # 64 x 1 MiB in flight: far more than the large area of the pool holds at once, so requests
 # wait for room (and are retried by blk-mq) instead of failing or deadlocking.
-ktap_check "fio verify 1 MiB, QD32, 2 jobs (pool large area exhausted)" fio_verify "$dev" "$SECS" \
-	--bs=1m --iodepth=32 "${SPLIT[@]}"
+ktap_check "fio verify 1 MiB, QD32, 2 jobs (pool large area exhausted)" fio_verify "$dev" \
+	--bs=1m --iodepth=32 --size=64m "${SPLIT[@]}"
 
 counts=$(queues_used "$dev")
 ktap_diag "commands per queue: $(tr '\n' ' ' <<<"$counts")"
@@ -128,7 +130,7 @@ ktap_check "ext4 files read back after dropping caches match" ext4_round_trip
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_FILE" | ktap_diag
 if wait_for 30 nvme_dev_for_nqn "$NQN_FILE" >/dev/null; then
 	fdev=$(nvme_dev_for_nqn "$NQN_FILE")
-	ktap_check "fio verify on a file-backed namespace" fio_verify "$fdev" "$SECS" --bs=4k --iodepth=8
+	ktap_check "fio verify on a file-backed namespace" fio_verify "$fdev" --bs=4k --iodepth=8
 else
 	ktap_diag "fio verify on a file-backed namespace: no namespace for $NQN_FILE"
 	ktap_test_fail "fio verify on a file-backed namespace"
@@ -331,7 +333,7 @@ dev=$(nvme_dev_for_nqn "$NQN_NULL")
 mapped=$(dmesg_after "$mark_io" | grep -m1 'default/read/poll queues')
 ktap_diag "${mapped:-no queue map line}"
 if grep -qE 'mapped [0-9]+/[0-9]+/1 default/read/poll' <<<"$mapped" &&
-	fio_verify "$dev" "$SECS" --bs=4k --iodepth=8 --hipri --size=8m; then
+	fio_verify "$dev" --bs=4k --iodepth=8 --hipri --size=8m; then
 	ktap_test_pass "write and poll queues: polled I/O verifies"
 else
 	ktap_test_fail "write and poll queues: polled I/O verifies"

@@ -302,8 +302,8 @@ one_command_each() {
 		grep -q 'slba 16384 nlb 8192 len 4194304 keyed' <<<"$r"
 }
 ktap_check "polite: a 4 MiB write and a 4 MiB read go as one command each" one_command_each
-ktap_check "polite: fio verify 4 KiB, QD16" fio_verify "$dev" 3 --size=16m
-ktap_check "polite: fio verify 4 MiB, QD2" fio_verify "$dev" 3 --size=32m --bs=4m --iodepth=2
+ktap_check "polite: fio verify 4 KiB, QD16" fio_verify "$dev" --size=16m
+ktap_check "polite: fio verify 4 MiB, QD2" fio_verify "$dev" --size=64m --bs=4m --iodepth=2
 n4k=$(grep -c 'len 4096 in-capsule' "$HOSTILE_VLOG")
 n4m=$(grep -c 'len 4194304 keyed' "$HOSTILE_VLOG")
 ktap_diag "target saw $n4k in-capsule 4 KiB writes and $n4m keyed 4 MiB transfers"
@@ -525,17 +525,14 @@ _residue_clean() {
 
 residue() {
 	local name="residue: the next association's RKEY reads nothing the last one was sent"
-	local dev ctrl out rc
+	local dev ctrl
 	selected "$name" || return 0
 	case_begin
 	if hostile_start --mode residue --arm signal &&
 		hconnect --reconnect-delay=1 --ctrl-loss-tmo=60 | ktap_diag && dev=$(hdev) &&
 		ctrl=$(hostile_ctrl) && hostile_arm; then
-		out=$(cd /tmp && fio --name=residue --filename="$dev" --direct=1 --ioengine=libaio \
-			--rw=write --bs=64k --iodepth=8 --offset=16m --size=4m --refill_buffers \
-			--verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 2>&1)
-		rc=$?
-		expect "fio writes 4 MiB in 64 KiB blocks at QD8 and verifies them" _fio_report "$dev" "$rc" "$out"
+		expect "fio writes 4 MiB in 64 KiB blocks at QD8 and verifies them" \
+			fio_verify "$dev" --rw=write --ioengine=libaio --bs=64k --iodepth=8 --offset=16m --size=4m
 		expect "the target recorded the host's write buffers" \
 			hostile_wait 10 "^hostile residue: recording"
 		expect "nvme reset starts a new association" nvme reset "/dev/$ctrl"

@@ -173,7 +173,7 @@ pool_param_clamped() {
 	timeout 60 nvme connect -t rsrdma -a "$TARGET_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL" || return 1
 	wait_for 30 nvme_dev_for_nqn "$NQN_NULL" || { echo "no namespace"; return 1; }
 	dev=$(nvme_dev_for_nqn "$NQN_NULL")
-	fio_verify "$dev" 2 --bs=4m --iodepth=4 || return 1
+	fio_verify "$dev" --bs=4m --iodepth=4 || return 1
 	disconnect_unload
 }
 

@@ -99,7 +99,7 @@ if wait_for 30 nvme_dev_for_nqn "$NQN_AUTH"; then
 fi
 n=$(authenticated "$mark")
 ktap_diag "controller ${c:-none}, admin queue authentications logged: $n"
-if [ -n "$dev" ] && ((n == 1)) && fio_verify "$dev" 2 --size=4m; then
+if [ -n "$dev" ] && ((n == 1)) && fio_verify "$dev" --size=4m; then
 	ktap_test_pass "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
 else
 	ktap_test_fail "host secret: authenticated (SHA-256, ffdhe2048), verified I/O"
@@ -119,7 +119,7 @@ again_after() {
 	if wait_for "$RECOVERY_TIMEOUT" in_state "$c" live; then
 		n=$(authenticated "$mark")
 		ktap_diag "$name: live, admin queue authentications logged: $n"
-		((n >= 1)) && fio_verify "$dev" 2 --size=4m && ktap_test_pass "$name" && return
+		((n >= 1)) && fio_verify "$dev" --size=4m && ktap_test_pass "$name" && return
 	else
 		ktap_diag "$name: state $(ctrl_state "$c")"
 	fi

@@ -95,7 +95,7 @@ ktap_check "checkpoint from ordinary memory: same bytes, through the pool (copie
 fio_area() { # BS IODEPTH [FIO ARGS...]
 	local before after
 	before=$(counters)
-	fio_verify "$dev" 4 --bs="$1" --iodepth="$2" --iomem="mmapshared:$area" "${@:3}" || return 1
+	fio_verify "$dev" --bs="$1" --iodepth="$2" --iomem="mmapshared:$area" "${@:3}" || return 1
 	after=$(counters)
 	ktap_diag "counters (area, capsule pages, copied) before: $before, after: $after"
 	read -r a0 _ c0 <<<"$before"

@@ -60,8 +60,8 @@ phase() {
 }
 
 # What the guest's tests read from the environment besides selection and timeouts: the counts
-# of 03, 04 and 05, 06-hostile's case selection.
-guest_knobs=(RSRDMA_CONNECT_CYCLES RSRDMA_IO_SECONDS RSRDMA_FLAPS RSRDMA_REMOVALS
+# of 03 and 05, 06-hostile's case selection.
+guest_knobs=(RSRDMA_CONNECT_CYCLES RSRDMA_FLAPS RSRDMA_REMOVALS
 	RSRDMA_PORT_CYCLES RSRDMA_HOSTILE_CASES)
 
 mapfile -t guest_tests < <(suite_select)
