@@ -8,7 +8,8 @@
 # it (all of dmesg if the marker was lost). dmesg_check_clean fails, printing the offending part
 # of the log as diagnostics, if anything after the mark looks like a kernel problem report
 # (DMESG_BAD: WARN/BUG/Oops, KASAN, UBSAN, lockdep, debugobjects, RCU stalls, hung tasks, Rust
-# panics), or if kmemleak_check finds a leak of ours. The mark clears kmemleak's earlier reports.
+# panics; dmesg_clean_after checks the same after a kmsg_mark), or if kmemleak_check finds a
+# leak of ours. The mark clears kmemleak's earlier reports.
 # kernel_check is what the suite checks after every test (suite_supervise in tests/lib/suite.sh).
 
 DMESG_BAD='WARNING:|BUG:|kernel BUG|Oops|KASAN|UBSAN|ODEBUG|panicked at|Kernel panic|general protection fault|possible recursive locking|circular locking|inconsistent lock state|non-static key|INFO: task .* blocked|rcu: INFO|detected stall|Call Trace'
@@ -143,9 +144,18 @@ _upstream_lockdep() {
 }
 
 dmesg_check_clean() {
-	local log known rc=0
+	local rc=0
 	kmemleak_check || rc=1
-	log=$(dmesg_since_mark | _upstream_lockdep)
+	dmesg_clean_after "$_dmesg_mark" || rc=1
+	return $rc
+}
+
+# dmesg_clean_after MARK: fails, printing the offending part of the log as diagnostics, if
+# anything in the kernel log after MARK looks like a kernel problem report (DMESG_BAD), apart
+# from the upstream lockdep report _upstream_lockdep knows, which is shown and not counted.
+dmesg_clean_after() {
+	local log known
+	log=$(dmesg_after "$1" | _upstream_lockdep)
 	known=$(sed -n 's/^U //p' <<<"$log")
 	log=$(sed -n 's/^L //p' <<<"$log")
 	if [ -n "$known" ]; then
@@ -159,9 +169,8 @@ dmesg_check_clean() {
 		awk -v re="$DMESG_BAD" '{ l[NR] = $0 } $0 ~ re && !f { f = NR }
 			END { if (f) for (i = (f > 5 ? f - 5 : 1); i <= NR && i < f + 145; i++) print l[i] }' \
 			<<<"$log" | ktap_diag
-		rc=1
+		return 1
 	fi
-	return $rc
 }
 
 # kernel_check: the suite's check after each test and its clean-up, dmesg_check_clean on
