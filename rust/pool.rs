@@ -18,7 +18,7 @@
 use crate::clock::now_ms;
 use crate::proto::buddy::Buddy;
 use crate::proto::pool::{map_size, mr_page_size, PoolLayout, PoolParams, QueueParams, Slice};
-use crate::wrap::log::{log_err, Prefix};
+use crate::wrap::log::{log_err, log_info, Prefix};
 use crate::wrap::mem::ChunkSet;
 use crate::wrap::rdma::{Access, ChunkMaps, MemoryRegion, Pd};
 use crate::wrap::sync::{new_irq_lock, IrqLock};
@@ -185,7 +185,16 @@ impl Pool {
                         slots_high: AtomicU32::new(0),
                     }? Error));
                 }
-                Err(e) if chunk_size > MIN_CHUNK && e == ENOMEM => chunk_size /= 2,
+                Err(e) if chunk_size > MIN_CHUNK && e == ENOMEM => {
+                    log_info!(
+                        Prefix::NONE,
+                        "pool: no {} chunks of {} KiB free, trying chunks of {} KiB",
+                        2 * layout.nr_chunks(),
+                        chunk_size >> 10,
+                        chunk_size >> 11
+                    );
+                    chunk_size /= 2;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -201,6 +210,11 @@ impl Pool {
     /// The size of one half.
     pub(crate) fn half_size(&self) -> u64 {
         self.layout.total_size()
+    }
+
+    /// The size of one chunk of the memory.
+    pub(crate) fn chunk_size(&self) -> u64 {
+        self.layout.chunk_size()
     }
 
     /// The size of both halves.

@@ -47,8 +47,9 @@ fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
     let pool = ctrl.pool();
     let rkeys = ctrl.pool_rkeys();
     s.line(format_args!(
-        "pool: {} KiB in two halves, {}",
+        "pool: {} KiB in two halves, chunks of {} KiB, {}",
         pool.total_size() >> 10,
+        pool.chunk_size() >> 10,
         if rkeys.is_some() {
             "registered"
         } else {
