@@ -52,7 +52,7 @@ fi; \
 echo "$$stamp" >"$(1)/.kdir-stamp"
 endef
 
-.PHONY: all modules deps kernel run test check bench rawbw p2pmem install docs clean
+.PHONY: all modules deps kernel run test check bench soak rawbw p2pmem install docs clean
 all: modules
 
 deps:
@@ -78,6 +78,10 @@ test: modules
 
 bench: modules rawbw p2pmem
 	scripts/bench.sh
+
+# Not part of make test: 100 link flaps and more, about 20 minutes (scripts/soak.sh).
+soak: modules
+	scripts/soak.sh
 
 # Built out of the tree (scripts/rawbw stays sources only), like the module against KDIR or
 # the cached kernel.

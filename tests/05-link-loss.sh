@@ -13,13 +13,15 @@
 # Per recovery it reports the time from the link (device, port) coming back to the first
 # completed read of a probe that reads in a loop.
 #
-# RSRDMA_FLAPS, RSRDMA_REMOVALS, RSRDMA_PORT_CYCLES set the counts (10, 5, 5).
+# RSRDMA_FLAPS, RSRDMA_REMOVALS, RSRDMA_PORT_CYCLES, RSRDMA_RELOADS set the counts (10, 5, 5,
+# 1; make soak raises them).
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
 FLAPS=${RSRDMA_FLAPS:-10}
 REMOVALS=${RSRDMA_REMOVALS:-5}
 PORT_CYCLES=${RSRDMA_PORT_CYCLES:-5}
+RELOADS=${RSRDMA_RELOADS:-1}
 RECOVERY_TIMEOUT=60
 
 cleanup() {
@@ -214,8 +216,19 @@ if ((ok)); then
 else
 	ktap_test_fail "$PORT_CYCLES target port removals"
 fi
-if cycle "nvmet-rdma reload" "$ctrl" "target_port_disable && modprobe -r nvmet_rdma" 1 \
-	"modprobe nvmet_rdma && target_port_enable"; then
+ms=() ok=1
+for ((i = 1; i <= RELOADS; i++)); do
+	if cycle "nvmet-rdma reload $i" "$ctrl" "target_port_disable && modprobe -r nvmet_rdma" 1 \
+		"modprobe nvmet_rdma && target_port_enable"; then
+		ms+=("$CYCLE_MS")
+	else
+		ok=0
+		break
+	fi
+	sleep 2
+done
+stats "nvmet-rdma reloads" "${ms[@]}"
+if ((ok)); then
 	ktap_test_pass "nvmet-rdma module reload"
 else
 	ktap_test_fail "nvmet-rdma module reload"
