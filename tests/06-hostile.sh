@@ -7,9 +7,11 @@
 # nvmet-rdma's 1 MiB), then with one misbehaviour per test case: CM rejects with each
 # NVMe/RDMA status, a Connect never answered, Connect errors with and without DNR (on the
 # first connect and on a reconnect), completions with a wrong or unknown command_id,
-# duplicate and truncated completions, SEND_WITH_INV of a wrong RKEY and of the pool's own,
-# a command never completed, the association closed in the middle of a 4 MiB transfer,
-# keep-alive answered late (past KATO, and within it), and an RDMA READ with the RKEY a write
+# duplicate, truncated and oversized completions, SEND_WITH_INV of a wrong RKEY and of the
+# pool's own, a command never completed, the association closed in the middle of a 4 MiB
+# transfer, the target's QP put in the error state, no I/O queue granted, a media error with DNR
+# (which the application must see), the event request completed 16 times at once, keep-alive
+# answered late (past KATO, and within it), and an RDMA READ with the RKEY a write
 # had on the previous association, which must fail at the target with a remote access error. The reach of
 # the pool's keys: an RDMA READ of a host read's buffer and an RDMA WRITE into a host write's
 # (each half of the pool is registered for one direction only) must fail with a remote access
@@ -93,6 +95,7 @@ read_check() { check_bytes "$1" "$(($2 << 20))" "$(($3 << 20))"; }
 
 dmesg_has() { dmesg_since_mark | grep -qE -- "$1"; }
 dmesg_count() { dmesg_since_mark | grep -cE -- "$1"; }
+not() { ! "$@"; }
 
 # fresh_verify: a new controller to the target (whose misbehaviour is spent) moves verified
 # data, and goes away again.
@@ -259,7 +262,7 @@ reconnect_fault() {
 }
 
 ktap_print_header
-ktap_set_plan 54
+ktap_set_plan 59
 
 if ! rxe_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -319,6 +322,8 @@ for n in 1 2 3 4 5 6 7 8 9; do
 done
 connect_fails "reject:4@io (I/O queue rejected): connect fails cleanly" "reject:4@io" \
 	"queue 1: connect rejected: .*nvme status 4"
+connect_fails "no-io-queues: Set Features grants no I/O queue: connect fails cleanly" \
+	no-io-queues "unable to set any I/O queues"
 
 # --- connect: Connect never answered, Connect errors ----------------------------------------------
 echo 5 >"$NVME_CORE/admin_timeout"
@@ -434,6 +439,70 @@ io_fault "close-mid-transfer: association closed during a 4 MiB write" write clo
 	"starting error recovery: (queue [0-9]+: disconnected|RECV failed|SEND failed)"
 io_fault "close-mid-transfer: association closed during a 4 MiB read" read close-mid-transfer \
 	"starting error recovery: (queue [0-9]+: disconnected|RECV failed|SEND failed)"
+io_fault "long-rsp: a response of 64 bytes, longer than a completion" write long-rsp \
+	"starting error recovery: .*(RECV failed|response of 64 bytes)"
+# Nothing else goes to that queue: the host notices when the held command times out (5 s here).
+echo 5 >"$NVME_CORE/io_timeout"
+io_fault "qp-error: the target's QP in the error state, no disconnect (timeout, 5 s)" write qp-error \
+	"starting error recovery: command timeout"
+echo "$SAVED_IO_TIMEOUT" >"$NVME_CORE/io_timeout"
+
+# --- I/O: an error the application must see ----------------------------------------------------------
+# A 4 MiB read answered with an unrecovered read error and DNR: the read fails at the
+# application, once (the target lies once: a retry would have succeeded), without error
+# recovery, and the same read then returns the data.
+io_error() {
+	local name="io-error: a media error with DNR reaches the application, no retry, no recovery"
+	local dev ctrl
+	selected "$name" || return 0
+	case_begin
+	if hostile_start --mode io-error --arm signal -v && hconnect | ktap_diag && dev=$(hdev) &&
+		ctrl=$(hostile_ctrl) && write_pattern "$dev" 8 4 && hostile_arm; then
+		expect "the 4 MiB read answered with the error fails at the application" \
+			not dd if="$dev" of=/dev/null bs=4M count=1 skip=2 iflag=direct
+		expect "the target answered it with a media error and DNR" \
+			hostile_wait 5 "^hostile io-error: answered the read .* with status 0x4281"
+		expect "the target saw that read once" \
+			test "$(grep -cE '^q[0-9]+ cid \S+ read slba 16384 ' "$HOSTILE_VLOG")" = 1
+		expect "dmesg names the error (sct 0x2 / sc 0x81, DNR)" dmesg_has "sc 0x81.*DNR"
+		expect "no error recovery" not dmesg_has "starting error recovery"
+		expect "the controller stays live" in_state "$ctrl" live
+		expect "the same read then returns the data" read_check "$dev" 8 4
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+io_error
+
+# --- asynchronous events: a flood ---------------------------------------------------------------
+# The Asynchronous Event Request completed 16 times in a row (a namespace attribute notice each
+# time), while a 4 MiB write runs: the host takes the first as an event and the others as
+# completions of a command not in flight, or as events (it rescans, once or a few times), the
+# write succeeds, the controller ends live and the data reads back.
+aen_flood() {
+	local name="aen-flood: 16 completions of the event request at once: live, data intact"
+	local dev ctrl
+	selected "$name" || return 0
+	case_begin
+	if hostile_start --mode aen-flood:16 --arm signal -v && hconnect --reconnect-delay=1 \
+		--ctrl-loss-tmo=60 | ktap_diag && dev=$(hdev) && ctrl=$(hostile_ctrl) && hostile_arm; then
+		expect "a 4 MiB write during the flood succeeds" write_pattern "$dev" 8 4
+		expect "the target flooded the host" hostile_wait 5 "^hostile aen-flood:.* 16 times"
+		grep -E 'async-event|^hostile' "$HOSTILE_VLOG" "$HOSTILE_LOG" | head -n 5 | ktap_diag
+		expect "the controller is live" wait_for 60 in_state "$ctrl" live
+		expect "the host took the notice (rescan)" wait_for 10 dmesg_has "rescanning namespaces"
+		dmesg_since_mark | grep -E "$ctrl: " | grep -vE 'rkey|registered|pool' | sort | uniq -c |
+			sort -rn | head -n 6 | ktap_diag
+		expect "the data reads back intact" read_check "$dev" 8 4
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+aen_flood
 
 # --- keep-alive answered late -----------------------------------------------------------------------
 late_keepalive() { # NAME HOLD_MS|"" EXPECT_RECOVERY

@@ -202,6 +202,7 @@ extern "C" {
     pub fn shim_mr_lkey(mr: *mut ibv_mr) -> u32;
     pub fn shim_mr_rkey(mr: *mut ibv_mr) -> u32;
     pub fn shim_req_notify(cq: *mut ibv_cq) -> c_int;
+    pub fn shim_qp_error(qp: *mut ibv_qp) -> c_int;
     pub fn shim_get_cq_event(
         ch: *mut ibv_comp_channel,
         cq: *mut *mut ibv_cq,

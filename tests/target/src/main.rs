@@ -84,6 +84,16 @@ Modes:
                            host's next association, RDMA READ those buffers with the new RKEY
                            and compare them with what they held (reported as
                            'residue result: ...')
+  io-error                 answer an I/O command with a media error and DNR (unrecovered
+                           read error 0x281 for a read, write fault 0x280 for a write)
+  no-io-queues             answer Set Features (Number of Queues) with 'invalid field' and
+                           DNR: no I/O queue granted (on the first association)
+  long-rsp[:N]             send N (17..64, default 64) bytes, more than a completion, as the
+                           response of an I/O command (its remainder zeroes)
+  qp-error                 hold an I/O command and move the queue's QP to the error state,
+                           without a disconnect: the host's sends go unanswered
+  aen-flood[:N]            at an I/O command, complete the held Asynchronous Event Request N
+                           (16) times in a row, each a 'namespace attribute changed' notice
 
 Output: one line per connection, queue, controller and misbehaviour on stdout; with -v one
 line per command on stderr.

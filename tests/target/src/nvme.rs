@@ -41,11 +41,17 @@ pub const SC_SGL_INVALID_DATA: u16 = 0xf;
 pub const SC_SGL_INVALID_TYPE: u16 = 0x11;
 pub const SC_SGL_INVALID_OFFSET: u16 = 0x16;
 pub const SC_LBA_RANGE: u16 = 0x80;
+/// Media errors (status code type 2): write fault, unrecovered read error.
+pub const SC_WRITE_FAULT: u16 = 0x280;
+pub const SC_READ_ERROR: u16 = 0x281;
 pub const SC_CONNECT_FORMAT: u16 = 0x180;
 pub const SC_CONNECT_CTRL_BUSY: u16 = 0x181;
 pub const SC_CONNECT_INVALID_PARAM: u16 = 0x182;
 pub const SC_CONNECT_INVALID_HOST: u16 = 0x184;
 pub const SC_DNR: u16 = 0x4000;
+/// Asynchronous event result: a notice (type 2), namespace attribute changed (info 0), whose
+/// log page is the Changed Namespace List (0x04).
+pub const AEN_NS_CHANGED: u64 = 0x0004_0002;
 
 // Properties
 pub const PROP_CAP: u32 = 0x00;
@@ -250,6 +256,7 @@ pub fn identify_ctrl(i: &CtrlInfo<'_>) -> Vec<u8> {
     b[77] = i.mdts;
     put16(&mut b, 78, i.cntlid);
     put32(&mut b, 80, VS_1_3); // ver
+    put32(&mut b, 92, 1 << 8); // oaes: namespace attribute notices (the host then sends an AER)
     b[111] = 1; // cntrltype: I/O controller
     b[258] = 3; // acl
     b[259] = 3; // aerl

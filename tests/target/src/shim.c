@@ -201,6 +201,13 @@ int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq,
 	return rdma_create_qp(id, pd, &attr) ? -errno : 0;
 }
 
+int shim_qp_error(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+	return -ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+}
+
 int shim_accept(struct rdma_cm_id *id, const void *private_data, uint8_t len,
 		uint8_t responder_resources, uint8_t initiator_depth)
 {

@@ -56,6 +56,11 @@ impl Target {
             ADM_SET_FEATURES => {
                 let fid = sqe.cdw(10) & 0xff;
                 match fid {
+                    0x07 if self.hostile.mode == Mode::NoIoQueues && !self.hostile.done => {
+                        self.hostile.done = true;
+                        say!("hostile no-io-queues: cntlid {c}: Set Features (Number of Queues) answered with 'invalid field' and DNR, no I/O queue granted");
+                        self.respond(q, cid, SC_INVALID_FIELD | SC_DNR, 0)
+                    }
                     0x07 => {
                         let want = (sqe.cdw(11) & 0xffff).min(sqe.cdw(11) >> 16) + 1;
                         let n = want.min(u32::from(self.cfg.max_io_queues)) as u16;

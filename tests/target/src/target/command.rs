@@ -91,6 +91,15 @@ impl Target {
                     q.qid
                 );
             }
+            Some(RspHostility::Long(n)) => {
+                let mut long = [0u8; MAX_INLINE as usize];
+                long[..CQE_SIZE].copy_from_slice(&c);
+                post_send_rsp(q, cid, &long[..n as usize], None, info);
+                say!(
+                    "hostile long-rsp: sent {n} bytes, {CQE_SIZE} of them a completion, as the response of cid {cid:#x} on qid {}",
+                    q.qid
+                );
+            }
             Some(RspHostility::SendInv(key)) => {
                 post_send_rsp(q, cid, &c, Some(key), info);
                 say!(

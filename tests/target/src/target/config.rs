@@ -3,6 +3,8 @@
 //! What the command line asks for: the misbehaviour (`Mode`) and the rest of the
 //! configuration.
 
+use crate::nvme::CQE_SIZE;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Polite,
@@ -24,6 +26,11 @@ pub enum Mode {
     StaleRkey,
     Scope { read_dest: bool },
     Residue,
+    IoError,
+    NoIoQueues,
+    LongRsp(u32),
+    QpError,
+    AenFlood(u32),
 }
 
 impl Mode {
@@ -65,6 +72,15 @@ impl Mode {
             ("scope", Some("read-dest")) => Mode::Scope { read_dest: true },
             ("scope", Some("write-src")) => Mode::Scope { read_dest: false },
             ("residue", None) => Mode::Residue,
+            ("io-error", None) => Mode::IoError,
+            ("no-io-queues", None) => Mode::NoIoQueues,
+            ("long-rsp", None) => Mode::LongRsp(64),
+            ("long-rsp", Some(n)) => {
+                Mode::LongRsp(n.parse().ok().filter(|&n| n > CQE_SIZE as u32 && n <= 64)?)
+            }
+            ("qp-error", None) => Mode::QpError,
+            ("aen-flood", None) => Mode::AenFlood(16),
+            ("aen-flood", Some(n)) => Mode::AenFlood(n.parse().ok().filter(|&n| n >= 1)?),
             _ => return None,
         };
         if io && !m.is_connect_mode() {
@@ -112,6 +128,11 @@ impl Mode {
             Mode::Scope { read_dest: true } => "scope:read-dest".into(),
             Mode::Scope { read_dest: false } => "scope:write-src".into(),
             Mode::Residue => "residue".into(),
+            Mode::IoError => "io-error".into(),
+            Mode::NoIoQueues => "no-io-queues".into(),
+            Mode::LongRsp(n) => format!("long-rsp:{n}"),
+            Mode::QpError => "qp-error".into(),
+            Mode::AenFlood(n) => format!("aen-flood:{n}"),
         }
     }
 }

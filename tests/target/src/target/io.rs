@@ -321,6 +321,66 @@ impl Target {
                 }
                 true
             }
+            Mode::IoError => {
+                h.done = true;
+                let sc = if op == IO_READ {
+                    SC_READ_ERROR
+                } else {
+                    SC_WRITE_FAULT
+                } | SC_DNR;
+                say!("hostile io-error: answered the {what} with status {sc:#x} (DNR)");
+                self.respond(q, cid, sc, 0);
+                true
+            }
+            Mode::LongRsp(n) => {
+                h.done = true;
+                cmd.hostile = Some(RspHostility::Long(n));
+                false
+            }
+            Mode::QpError => {
+                h.done = true;
+                cmd.held = true;
+                say!(
+                    "hostile qp-error: holding the {what}, moving the QP of qid {} to the error state",
+                    q.qid
+                );
+                // SAFETY: the queue's QP.
+                let r = unsafe { shim_qp_error(q.qp) };
+                if r < 0 {
+                    say!("hostile qp-error: modify_qp failed: {}", errno_str(r));
+                }
+                true
+            }
+            Mode::AenFlood(n) => {
+                h.done = true;
+                let cntlid = q.cntlid;
+                let Some(a) = self
+                    .queues
+                    .values_mut()
+                    .find(|a| a.qid == 0 && a.cntlid == cntlid)
+                else {
+                    say!("hostile aen-flood: no admin queue for the {what}");
+                    return false;
+                };
+                let aer = a
+                    .cmds
+                    .iter()
+                    .find(|(_, c)| c.held && c.sqe.opcode() == ADM_ASYNC_EVENT)
+                    .map(|(cid, _)| *cid);
+                let Some(aer) = aer else {
+                    say!("hostile aen-flood: no Asynchronous Event Request outstanding at the {what}");
+                    return false;
+                };
+                a.cmds.remove(&aer);
+                for _ in 0..n {
+                    let c = cqe(AEN_NS_CHANGED, a.sq_head, 0, aer, SC_SUCCESS);
+                    post_send_rsp(a, aer, &c, None, SendInfo::default());
+                }
+                say!(
+                    "hostile aen-flood: completed the Asynchronous Event Request (cid {aer:#x}) {n} times, each a 'namespace attribute changed' notice, at the {what}"
+                );
+                false
+            }
             Mode::Residue => {
                 let Some((addr, l, key)) = keyed else {
                     return false;

@@ -70,6 +70,7 @@ enum Cont {
 enum RspHostility {
     Dup,
     Short(u32),
+    Long(u32),
     SendInv(u32),
 }
 
@@ -404,7 +405,8 @@ fn post_send_rsp(q: &mut Queue, cid: u16, bytes: &[u8], invalidate: Option<u32>,
         Some(k) => (OP_SEND_INV, k),
         None => (OP_SEND, 0),
     };
-    let mut buf = [0u8; CQE_SIZE];
+    // At most what the QP sends inline: a completion, or a longer lie (long-rsp).
+    let mut buf = [0u8; MAX_INLINE as usize];
     buf[..bytes.len()].copy_from_slice(bytes);
     // SAFETY: our QP; the data is sent inline (copied by the post).
     let r = unsafe {
