@@ -122,6 +122,26 @@ cycle() {
 	ktap_diag "$name: rkeys $(tr '\n' ' ' <<<"$before")-> $(tr '\n' ' ' <<<"$after"), I/O back after $CYCLE_MS ms"
 }
 
+# series KIND ONE COUNT DOWN_CMD DOWN_S UP_CMD TEST: COUNT outages (cycle, named "ONE i"), 2 s
+# apart, stopping at the first that fails; the recovery times' median and maximum (stats KIND);
+# then TEST passes if every one counted. DOWN_S "1-3" means 1, 2 and 3 s in turn.
+series() {
+	local kind=$1 one=$2 count=$3 down=$4 secs=$5 up=$6 test=$7 i s ms=() ok=1
+	for ((i = 1; i <= count; i++)); do
+		s=$secs
+		[ "$secs" = 1-3 ] && s=$((1 + (i - 1) % 3))
+		if cycle "$one $i (down $s s)" "$ctrl" "$down" "$s" "$up"; then
+			ms+=("$CYCLE_MS")
+		else
+			ok=0
+			break
+		fi
+		sleep 2
+	done
+	stats "$kind" "${ms[@]}"
+	if ((ok)); then ktap_test_pass "$test"; else ktap_test_fail "$test"; fi
+}
+
 ktap_print_header
 ktap_set_plan 25
 
@@ -147,24 +167,8 @@ probe_start "$dev"
 
 # --- netdev flaps --------------------------------------------------------------------------------
 fio_start "$dev" --size=16m
-ms=() ok=1
-for ((i = 1; i <= FLAPS; i++)); do
-	secs=$((1 + (i - 1) % 3))
-	if cycle "flap $i (down ${secs} s)" "$ctrl" "ip link set $RXE_NETDEV down" "$secs" \
-		"ip link set $RXE_NETDEV up"; then
-		ms+=("$CYCLE_MS")
-	else
-		ok=0
-		break
-	fi
-	sleep 2
-done
-stats "netdev flaps" "${ms[@]}"
-if ((ok)); then
-	ktap_test_pass "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
-else
-	ktap_test_fail "$FLAPS netdev flaps: every one recovered, old RKEYs gone"
-fi
+series "netdev flaps" flap "$FLAPS" "ip link set $RXE_NETDEV down" 1-3 "ip link set $RXE_NETDEV up" \
+	"$FLAPS netdev flaps: every one recovered, old RKEYs gone"
 if fio_stop; then
 	ktap_test_pass "netdev flaps: fio verify saw no error"
 else
@@ -173,25 +177,11 @@ fi
 
 # --- RDMA device removal and re-add ---------------------------------------------------------
 fio_start "$dev" --size=16m
-ms=() ok=1
-for ((i = 1; i <= REMOVALS; i++)); do
-	# The target shares the device: nvmet-rdma drops its listener when the device goes, so
-	# its port is re-enabled once the device is back (a separate target would not notice).
-	if cycle "device removal $i" "$ctrl" "timeout 60 rdma link delete $RXE_NAME" 1 \
-		"rdma link add $RXE_NAME type rxe netdev $RXE_NETDEV && target_port_disable && target_port_enable"; then
-		ms+=("$CYCLE_MS")
-	else
-		ok=0
-		break
-	fi
-	sleep 2
-done
-stats "device removals" "${ms[@]}"
-if ((ok)); then
-	ktap_test_pass "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
-else
-	ktap_test_fail "$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
-fi
+# The target shares the device: nvmet-rdma drops its listener when the device goes, so its port
+# is re-enabled once the device is back (a separate target would not notice).
+series "device removals" "device removal" "$REMOVALS" "timeout 60 rdma link delete $RXE_NAME" 1 \
+	"rdma link add $RXE_NAME type rxe netdev $RXE_NETDEV && target_port_disable && target_port_enable" \
+	"$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
 if fio_stop; then
 	ktap_test_pass "device removals: fio verify saw no error"
 else
@@ -200,39 +190,11 @@ fi
 
 # --- target port removal and re-add, nvmet-rdma reload -----------------------------------------
 fio_start "$dev" --size=16m
-ms=() ok=1
-for ((i = 1; i <= PORT_CYCLES; i++)); do
-	if cycle "target port removal $i" "$ctrl" target_port_disable 2 target_port_enable; then
-		ms+=("$CYCLE_MS")
-	else
-		ok=0
-		break
-	fi
-	sleep 2
-done
-stats "target port removals" "${ms[@]}"
-if ((ok)); then
-	ktap_test_pass "$PORT_CYCLES target port removals"
-else
-	ktap_test_fail "$PORT_CYCLES target port removals"
-fi
-ms=() ok=1
-for ((i = 1; i <= RELOADS; i++)); do
-	if cycle "nvmet-rdma reload $i" "$ctrl" "target_port_disable && modprobe -r nvmet_rdma" 1 \
-		"modprobe nvmet_rdma && target_port_enable"; then
-		ms+=("$CYCLE_MS")
-	else
-		ok=0
-		break
-	fi
-	sleep 2
-done
-stats "nvmet-rdma reloads" "${ms[@]}"
-if ((ok)); then
-	ktap_test_pass "nvmet-rdma module reload"
-else
-	ktap_test_fail "nvmet-rdma module reload"
-fi
+series "target port removals" "target port removal" "$PORT_CYCLES" target_port_disable 2 \
+	target_port_enable "$PORT_CYCLES target port removals"
+series "nvmet-rdma reloads" "nvmet-rdma reload" "$RELOADS" \
+	"target_port_disable && modprobe -r nvmet_rdma" 1 "modprobe nvmet_rdma && target_port_enable" \
+	"nvmet-rdma module reload"
 if fio_stop; then
 	ktap_test_pass "target port removals: fio verify saw no error"
 else
