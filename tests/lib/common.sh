@@ -21,7 +21,7 @@
 #   kernel-log.sh  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check
 #   state.sh       leftovers (what a test left behind), reset_guest (clean all of it),
 #                  bail_out MSG (a set-up that failed: Bail out!)
-#   io.sh          fio_verify DEV SECONDS [FIO ARGS...], fio_start DEV, fio_stop
+#   io.sh          fio_verify DEV [FIO ARGS...], fio_start DEV [FIO ARGS...], fio_stop
 #   link-loss.sh   fabrics_connect, ctrl_state, target_port_disable/enable, probe_start/stop
 #   hostile.sh     hostile_start, hostile_stop, hostile_arm, hostile_wait... (rsrdma-target)
 #   suite.sh       what the suite adds to the kselftest runner per test: its own timeout,

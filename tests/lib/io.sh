@@ -52,13 +52,19 @@ _fio_default_size() {
 }
 
 # _fio_size DEV [FIO ARGS...]: the bytes a job with these arguments covers (the last --size, in
-# bytes or with a k, m or g suffix).
+# bytes or with a k, m or g suffix; at most the device, as fio clamps it). Non-zero, saying so,
+# for a --size it does not understand.
 _fio_size() {
-	local dev=$1 size a n
+	local dev=$1 size dev_size a n
 	shift
 	size=$(_fio_default_size "$dev") || return 1
+	dev_size=$(blockdev --getsize64 "$dev") || return 1
 	for a in "$@"; do
-		[[ $a =~ ^--size=([0-9]+)([kKmMgG]?)$ ]] || continue
+		[[ $a == --size=* ]] || continue
+		if ! [[ $a =~ ^--size=([0-9]+)([kKmMgG]?)$ ]]; then
+			echo "fio_start: $a: give --size in bytes, or with a k, m or g suffix"
+			return 1
+		fi
 		n=${BASH_REMATCH[1]}
 		case ${BASH_REMATCH[2]} in
 		k | K) n=$((n << 10)) ;;
@@ -67,7 +73,7 @@ _fio_size() {
 		esac
 		size=$n
 	done
-	echo "$size"
+	echo $((size > dev_size ? dev_size : size))
 }
 
 # _fio_written DEV: the bytes written to DEV since it appeared (its block statistics).
@@ -111,17 +117,23 @@ _fio_report() {
 }
 
 # fio_start DEV [FIO ARGS...]: random writes over the first 32 MiB of DEV (as fio_verify's, and
-# its arguments) in the background until fio_stop, each block read back and checked soon after
-# it is written (a verify backlog of 16 blocks). Call both from the test's own shell (not in a
-# subshell such as ktap_check's), which owns the job.
+# its arguments but --numjobs and --bssplit: fio_stop reads the region back with one job in
+# blocks of one size) in the background until fio_stop, each block read back and checked soon
+# after it is written (a verify backlog of 16 blocks). Call both from the same shell (the
+# test's, or one ktap_check subshell), which owns the job.
 # Returns once fio's job process runs (fio takes seconds to start under TCG, more on a busy
 # guest), so that what the caller does next happens under I/O.
 fio_start() {
 	local dev=$1 secs
 	shift
 	secs=$(scaled 60)
+	if [[ " $* " =~ \ --(numjobs|bssplit)= ]]; then
+		ktap_diag "fio_start: --numjobs and --bssplit are not for a job read back whole"
+		return 1
+	fi
 	FIO_DEV=$dev FIO_TAG=$(_fio_tag) FIO_ARGS=("$@")
-	FIO_REGION=$(_fio_size "$dev" "$@") FIO_WRITTEN0=$(_fio_written "$dev")
+	FIO_REGION=$(_fio_size "$dev" "$@") || { ktap_diag "$FIO_REGION"; return 1; }
+	FIO_WRITTEN0=$(_fio_written "$dev")
 	FIO_JSON=$(mktemp /tmp/rsrdma-fio.XXXXXX) FIO_OUT=$(mktemp /tmp/rsrdma-fio.XXXXXX)
 	_fio_run "$dev" "$FIO_JSON" "$FIO_TAG" --rw=randwrite --time_based --runtime=3600 \
 		--verify_backlog=16 "$@" >"$FIO_OUT" 2>&1 &
@@ -145,7 +157,7 @@ _fio_covered() { (($(_fio_written "$FIO_DEV") - FIO_WRITTEN0 >= 2 * FIO_REGION))
 # back and checks every block. Non-zero on any I/O or verify error, if the job verified nothing
 # while it ran, or unless the read-back verified the whole region.
 fio_stop() {
-	local rc=0 pids counts w wn r rn err json out secs
+	local rc=0 pids counts w wn r rn err json out secs status
 	[ -n "${FIO_PID:-}" ] || return 1
 	secs=$(scaled 60)
 	_fio_job_running && ! wait_for "$secs" _fio_covered &&
@@ -175,13 +187,14 @@ fio_stop() {
 	fi
 	# The whole region, read back in order with the job's pattern and block size.
 	json=$(mktemp /tmp/rsrdma-fio.XXXXXX)
-	if out=$(_fio_run "$FIO_DEV" "$json" "$FIO_TAG" "${FIO_ARGS[@]}" --rw=read 2>&1) &&
-		counts=$(_fio_counts "$json") && read -r w wn r rn err <<<"$counts" &&
-		((err == 0 && r == FIO_REGION)); then
+	w='' wn='' r='' rn='' err='' status=0
+	out=$(_fio_run "$FIO_DEV" "$json" "$FIO_TAG" "${FIO_ARGS[@]}" --rw=read 2>&1) || status=$?
+	counts=$(_fio_counts "$json") && read -r w wn r rn err <<<"$counts"
+	if [ -n "$counts" ] && ((status == 0 && err == 0 && r == FIO_REGION)); then
 		ktap_diag "fio on $FIO_DEV: the whole region read back and verified: $rn blocks ($r bytes)"
 	else
-		ktap_diag "fio on $FIO_DEV: the read-back of its $FIO_REGION bytes failed" \
-			"(${rn:-no} blocks, ${r:-no} bytes read): not all of the region holds the job's data"
+		ktap_diag "fio on $FIO_DEV: the read-back of its $FIO_REGION bytes failed (status $status," \
+			"${rn:-no} blocks, ${r:-no} bytes read): not all of the region holds the job's data"
 		grep -E '^(fio|verify|pattern):|error' <<<"$out" | head -n 15 | ktap_diag
 		rc=1
 	fi

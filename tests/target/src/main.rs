@@ -93,7 +93,8 @@ Modes:
   qp-error                 hold an I/O command and move the queue's QP to the error state,
                            without a disconnect: the host's sends go unanswered
   aen-flood[:N]            at an I/O command, complete the held Asynchronous Event Request N
-                           (16) times in a row, each a 'namespace attribute changed' notice
+                           (1..64, default 16) times in a row, each a 'namespace attribute
+                           changed' notice (not before the host has sent one)
 
 Output: one line per connection, queue, controller and misbehaviour on stdout; with -v one
 line per command on stderr.

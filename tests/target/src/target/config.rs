@@ -80,7 +80,9 @@ impl Mode {
             }
             ("qp-error", None) => Mode::QpError,
             ("aen-flood", None) => Mode::AenFlood(16),
-            ("aen-flood", Some(n)) => Mode::AenFlood(n.parse().ok().filter(|&n| n >= 1)?),
+            ("aen-flood", Some(n)) => {
+                Mode::AenFlood(n.parse().ok().filter(|&n| (1..=64).contains(&n))?)
+            }
             _ => return None,
         };
         if io && !m.is_connect_mode() {

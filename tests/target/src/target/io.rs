@@ -352,7 +352,6 @@ impl Target {
                 true
             }
             Mode::AenFlood(n) => {
-                h.done = true;
                 let cntlid = q.cntlid;
                 let Some(a) = self
                     .queues
@@ -371,6 +370,7 @@ impl Target {
                     say!("hostile aen-flood: no Asynchronous Event Request outstanding at the {what}");
                     return false;
                 };
+                h.done = true;
                 a.cmds.remove(&aer);
                 for _ in 0..n {
                     let c = cqe(AEN_NS_CHANGED, a.sq_head, 0, aer, SC_SUCCESS);
