@@ -36,11 +36,7 @@ awk -v secs="$secs" '
 		max = $0; sub(/.*max /, "", max); sub(/ ms.*/, "", max)
 		rows[++nr] = sprintf("   %-22s %8d %12d %10d", kind, n, med, max)
 	}
-	/verified while running$/ {
-		match($0, /: [0-9]+ blocks/); w += substr($0, RSTART + 2, RLENGTH - 9)
-		match($0, /written, [0-9]+ /); v += substr($0, RSTART + 9, RLENGTH - 10)
-	}
-	/read back and verified by the final pass$/ {
+	/verified (while running|by the final pass)$/ {
 		match($0, /: [0-9]+ blocks/); w += substr($0, RSTART + 2, RLENGTH - 9)
 		match($0, /written, [0-9]+ /); v += substr($0, RSTART + 9, RLENGTH - 10)
 	}

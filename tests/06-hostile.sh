@@ -69,13 +69,6 @@ hdev() {
 }
 
 # The host transport's QPs, MRs, PDs and CM ids, as the RDMA core lists them ("type count").
-_rdma_resources() {
-	local t
-	for t in qp mr pd cm_id; do
-		echo "$t $(rdma resource show "$t" 2>/dev/null | grep -cE '\[nvme_(rsrdma|rdma)\]')"
-	done
-}
-_no_rdma_resources() { ! _rdma_resources | grep -qv ' 0$'; }
 
 # write_bytes DEV OFFSET BYTES: a new random pattern, written in one direct write;
 # check_bytes DEV OFFSET BYTES: read it back in one direct read and compare.
@@ -141,7 +134,8 @@ case_end() {
 	local name=$1 b
 	hostile_stop
 	hdisconnect || BAD+=("the controller does not go away")
-	wait_for 10 _no_rdma_resources || BAD+=("RDMA resources of the module left: $(_rdma_resources | tr '\n' ' ')")
+	wait_for 10 no_module_rdma_resources ||
+		BAD+=("RDMA resources of the module left: $(module_rdma_resources | tr '\n' ' ')")
 	dmesg_since_mark | grep -E 'nvme|rsrdma' | grep -vE 'rsrdma-mark' | head -n 14 | ktap_diag
 	grep -E '^(hostile|stale-rkey|scope|residue)' "$HOSTILE_LOG" | grep -v ': armed$' | head -n 6 | ktap_diag
 	dmesg_check_clean || BAD+=("the kernel log has problems (above)")

@@ -42,19 +42,8 @@ connect3() {
 	echo "${out[@]}"
 }
 
-# ns_dev CTRL: the block device through which CTRL's namespace 1 is reached (the multipath
-# head, or the namespace itself), once it appears (the core scans namespaces after connecting).
-ns_dev() { wait_for 30 _ns_dev "$1" && _ns_dev "$1"; }
-_ns_dev() {
-	local d
-	for d in "/sys/class/nvme/$1"/nvme*n1 "/sys/class/nvme/$1"/nvme*c*n1; do
-		[ -e "$d" ] || continue
-		d=$(basename "$d")
-		[[ $d =~ ^(nvme[0-9]+)c[0-9]+(n[0-9]+)$ ]] && d=${BASH_REMATCH[1]}${BASH_REMATCH[2]}
-		[ -b "/dev/$d" ] && echo "/dev/$d" && return 0
-	done
-	return 1
-}
+# ns_dev NQN: the block device of NQN's namespace, once the core has scanned it.
+ns_dev() { wait_for 30 nvme_dev_for_nqn "$1" && nvme_dev_for_nqn "$1"; }
 
 # load DEV: plain random writes on DEV in the background for up to 120 s (pid in BG_PIDS); I/O
 # errors end it with a non-zero status.
@@ -82,21 +71,14 @@ ended_within() {
 	done
 }
 
-# no_resources_of_ours: the RDMA core lists no QP, CQ, MR, PD or CM id of nvme_rsrdma (the
-# target's, nvmet-rdma's, are not ours to count: an association the host dropped while the link
-# was down stays at the target until its keep-alive timer ends it).
-no_resources_of_ours() {
-	local t n left=''
-	for t in qp cq mr pd cm_id; do
-		n=$(rdma resource show "$t" 2>/dev/null | grep -c '\[nvme_rsrdma\]')
-		((n == 0)) || left+="$t $n "
-	done
-	[ -z "$left" ] && return 0
-	echo "RDMA resources of nvme_rsrdma left: $left"
+# ours_gone: the module holds no RDMA resource within 10 s (what it holds is printed if not). The
+# target's, nvmet-rdma's, are not counted: an association the host dropped while the link was
+# down stays at the target until its keep-alive timer ends it.
+ours_gone() {
+	wait_for 10 no_module_rdma_resources && return 0
+	echo "RDMA resources of nvme_rsrdma left: $(module_rdma_resources | tr '\n' ' ')"
 	return 1
 }
-# ours_gone: no_resources_of_ours within 10 s (what is left is printed if not).
-ours_gone() { wait_for 10 no_resources_of_ours || no_resources_of_ours; }
 
 ktap_print_header
 ktap_set_plan 11
@@ -154,7 +136,7 @@ _rmmod_during() {
 	for n in "$NQN_NULL" "$NQN_NULL2" "$NQN_FILE"; do
 		c=$(connect "$n") || return 1
 		ctrls+=("$c")
-		d=$(ns_dev "$c") || { echo "$c: no namespace"; return 1; }
+		d=$(ns_dev "$n") || { echo "$n: no namespace"; return 1; }
 		load "$d"
 		wait_for 30 moving "$d" || { echo "$d: no I/O"; return 1; }
 	done
@@ -199,7 +181,7 @@ storm() {
 	out=$(connect3) || { echo "$out"; host_disconnect_all >/dev/null; return 1; }
 	read -r c1 c2 c3 <<<"$out"
 	out=/tmp/rsrdma-storm
-	if ! d1=$(ns_dev "$c1") || ! d2=$(ns_dev "$c2"); then
+	if ! d1=$(ns_dev "$NQN_NULL") || ! d2=$(ns_dev "$NQN_NULL2"); then
 		echo "no namespace on $c1 or $c2"
 		host_disconnect_all >/dev/null
 		return 1
@@ -285,7 +267,7 @@ reset_while_connecting() {
 			if ! wait_for 60 in_state "$c" live; then
 				echo "round $i: $c $(ctrl_state "$c")"
 				rc=1
-			elif ! fio_verify "$(ns_dev "$c")" --size=1m --bs=64k; then
+			elif ! fio_verify "$(ns_dev "$NQN_NULL")" --size=1m --bs=64k; then
 				echo "round $i: no verified I/O on $c"
 				rc=1
 			fi
@@ -388,7 +370,7 @@ connect_failing() {
 	done
 	echo "$attr at $pct %: 16 connects, $ok live, $err refused ($(printf '%s\n' "${errs[@]}" |
 		sort | uniq -c | tr -s ' ' | paste -s -d,)); $injected failures injected in the last"
-	c=$(connect "$NQN_NULL") && fio_verify "$(ns_dev "$c")" --size=4m || rc=1
+	connect "$NQN_NULL" >/dev/null && fio_verify "$(ns_dev "$NQN_NULL")" --size=4m || rc=1
 	host_disconnect_all
 	((err > 0)) || { echo "no connect failed: the injection did not reach the connect path"; rc=1; }
 	return $rc
@@ -399,7 +381,7 @@ connect_failing() {
 reconnect_failing() {
 	local attr=$1 pct=$2 c d mark injected failed rc=0
 	host_disconnect_all >/dev/null
-	c=$(connect "$NQN_NULL") && d=$(ns_dev "$c") || return 1
+	c=$(connect "$NQN_NULL") && d=$(ns_dev "$NQN_NULL") || return 1
 	fio_start "$d" --size=8m
 	mark=$(kmsg_mark)
 	ip link set "$RXE_NETDEV" down
@@ -436,7 +418,7 @@ pool_fallback() {
 	grep -h '^pool:' "$stats" 2>/dev/null
 	dmesg_after "$mark" | grep -q 'pool: no [0-9]* chunks of 1024 KiB free, trying chunks of 512 KiB' || rc=1
 	grep -q '^pool: .*chunks of 512 KiB' "$stats" 2>/dev/null || { echo "debugfs: no 512 KiB chunks"; rc=1; }
-	fio_verify "$(ns_dev "$c")" --size=16m --bs=128k || rc=1
+	fio_verify "$(ns_dev "$NQN_NULL")" --size=16m --bs=128k || rc=1
 	host_disconnect_all
 	ours_gone || rc=1
 	return $rc

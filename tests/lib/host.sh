@@ -84,6 +84,17 @@ rdma_counts() {
 	echo "cq $(rdma resource show cq 2>/dev/null | grep -cE 'users [1-9]')"
 }
 
+# module_rdma_resources: the QPs, MRs, PDs and CM ids the host transport holds, as the RDMA core
+# lists them, one "type count" per line (its CQs come from the core's shared pool, which keeps
+# them). no_module_rdma_resources: all of them 0.
+module_rdma_resources() {
+	local t
+	for t in qp mr pd cm_id; do
+		echo "$t $(rdma resource show "$t" 2>/dev/null | grep -cE '\[nvme_(rsrdma|rdma)\]')"
+	done
+}
+no_module_rdma_resources() { ! module_rdma_resources | grep -qv ' 0$'; }
+
 # our_rkeys: the RKEYs of the MRs the host transport holds, as the RDMA core lists them.
 our_rkeys() {
 	rdma resource show mr 2>/dev/null | grep -E '\[nvme_(rsrdma|rdma)\]' | grep -o 'rkey 0x[0-9a-f]*' |

@@ -37,28 +37,20 @@ _fio_run() {
 	local dev=$1 json=$2 tag=$3 engine=io_uring size
 	shift 3
 	fio --enghelp=io_uring >/dev/null 2>&1 || engine=libaio
-	size=$(_fio_default_size "$dev") || { echo "$dev: not a block device"; return 1; }
+	size=$(_fio_size "$dev") || { echo "$dev: not a block device"; return 1; }
 	cd /tmp && fio --name=verify --filename="$dev" --direct=1 --ioengine="$engine" \
 		--bs=4k --iodepth=16 --size="$size" \
 		--verify=pattern --verify_pattern="0x$tag%o" --verify_fatal=1 --verify_state_save=0 \
 		--group_reporting --output-format=json --output="$json" "$@"
 }
 
-# _fio_default_size DEV: the bytes a job covers unless told otherwise: 32 MiB, at most the device.
-_fio_default_size() {
-	local size
-	size=$(blockdev --getsize64 "$1" 2>/dev/null) || return 1
-	echo $((size > 32 << 20 ? 32 << 20 : size))
-}
-
-# _fio_size DEV [FIO ARGS...]: the bytes a job with these arguments covers (the last --size, in
-# bytes or with a k, m or g suffix; at most the device, as fio clamps it). Non-zero, saying so,
-# for a --size it does not understand.
+# _fio_size DEV [FIO ARGS...]: the bytes a job with these arguments covers: the last --size (in
+# bytes or with a k, m or g suffix), else 32 MiB; at most the device, as fio clamps it. Non-zero,
+# saying so, for a --size it does not understand.
 _fio_size() {
-	local dev=$1 size dev_size a n
+	local dev=$1 size=$((32 << 20)) dev_size a n
 	shift
-	size=$(_fio_default_size "$dev") || return 1
-	dev_size=$(blockdev --getsize64 "$dev") || return 1
+	dev_size=$(blockdev --getsize64 "$dev" 2>/dev/null) || return 1
 	for a in "$@"; do
 		[[ $a == --size=* ]] || continue
 		if ! [[ $a =~ ^--size=([0-9]+)([kKmMgG]?)$ ]]; then
