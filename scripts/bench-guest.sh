@@ -97,7 +97,7 @@ cleanup() {
 	rmmod rsrdma_p2pmem >/dev/null 2>&1
 	bench_target_remove >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	fabric_teardown >/dev/null 2>&1
 }
 trap cleanup EXIT
 
@@ -334,7 +334,7 @@ raw_kernel() {
 	raw_record "rdma_$mode" kernel "$mode" softirq "$qps" "$bw" "$log"
 }
 
-if ! rxe_setup || ! target_setup; then
+if ! fabric_setup || ! target_setup; then
 	note "set-up failed"
 	exit 1
 fi
@@ -342,9 +342,9 @@ modprobe -a nvme-fabrics rdma_cm nvme-rdma
 rsrdma_load || { note "cannot load nvme_rsrdma"; exit 1; }
 # The controllers' counters of copied bytes.
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-netdev_mtu=$(cat "/sys/class/net/$RXE_NETDEV/mtu")
-roce_mtu=$(ibv_devinfo -d "$RXE_NAME" | awk '/active_mtu/ { print $2; exit }')
-note "rxe on $RXE_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
+netdev_mtu=$(cat "/sys/class/net/$RDMA_NETDEV/mtu")
+roce_mtu=$(ibv_devinfo -d "$RDMA_LINK" | awk '/active_mtu/ { print $2; exit }')
+note "rxe on $RDMA_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
 # The idle loop: halt (the default) or idle=poll (make bench BENCH_IDLE=poll). The clock is
 # "icount" when BENCH_ICOUNT_SHIFT is set (make bench BENCH_CLOCK=icount), else "real".
 idle=$(sed -n 's/.*\bidle=\([a-z]*\).*/\1/p' /proc/cmdline)

@@ -20,7 +20,7 @@ cleanup() {
 	host_disconnect_all >/dev/null 2>&1
 	rsrdma_unload >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	fabric_teardown >/dev/null 2>&1
 	rm -f /tmp/rsrdma-demo.in /tmp/rsrdma-demo.out
 }
 trap cleanup EXIT
@@ -29,8 +29,8 @@ trap 'exit 143' TERM INT
 echo "nvme-rsrdma demo on $(uname -r), $(nproc) vCPUs"
 dmesg_mark
 
-step "soft-RoCE: rdma link add $RXE_NAME type rxe netdev $RXE_NETDEV"
-if ! rxe_setup || ! rdma link show; then
+step "soft-RoCE: rdma link add $RDMA_LINK type rxe netdev $RDMA_NETDEV"
+if ! fabric_setup || ! rdma link show; then
 	failed "rxe setup"
 fi
 

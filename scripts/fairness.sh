@@ -19,7 +19,7 @@ cleanup() {
 	hostile_stop
 	host_disconnect_all >/dev/null 2>&1
 	host_unload >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	fabric_teardown >/dev/null 2>&1
 }
 trap cleanup EXIT
 
@@ -41,7 +41,7 @@ print("%.0f %.0f %.0f %d %.1f" % (p["50.000000"] / 1e3, p["99.000000"] / 1e3, c[
       r["total_ios"], bw))'
 }
 
-if ! rxe_setup || ! host_load; then bail_out "set-up failed"; fi
+if ! fabric_setup || ! host_load; then bail_out "set-up failed"; fi
 [ -z "${FAIR_SPREAD_KIB:-}" ] || echo "$FAIR_SPREAD_KIB" >/sys/module/nvme_rsrdma/parameters/spread_kib
 hostile_start --mode polite -s 512 --mdts-kib 8192 || bail_out "target did not start"
 timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$HOSTILE_PORT" \

@@ -12,7 +12,7 @@ cleanup() {
 	host_disconnect_all >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
 	module_unload nvme_rdma >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	fabric_teardown >/dev/null 2>&1
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
@@ -38,8 +38,8 @@ failed() { # failed NAME [REASON]
 	up=0
 }
 
-if rxe_setup && target_setup; then
-	ktap_diag "$(rdma link show "$RXE_NAME/1")"
+if fabric_setup && target_setup; then
+	ktap_diag "$(rdma link show "$RDMA_LINK/1")"
 	ktap_test_pass "target_up"
 else
 	failed "target_up" "rxe or nvmet-rdma setup failed"
@@ -104,7 +104,7 @@ else
 fi
 
 target_teardown
-rxe_teardown
+fabric_teardown
 left=$(leftovers)
 if [ -z "$left" ]; then
 	ktap_test_pass "teardown_leaves_nothing"

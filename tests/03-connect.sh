@@ -54,7 +54,7 @@ refuse() {
 ktap_print_header
 ktap_set_plan 22
 
-if ! rxe_setup || ! target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 dmesg_mark
@@ -201,11 +201,11 @@ ipv6_connect() {
 }
 
 if target_ipv6_setup; then
-	ifindex=$(cat "/sys/class/net/$RXE_NETDEV/ifindex")
+	ifindex=$(cat "/sys/class/net/$RDMA_NETDEV/ifindex")
 	ipv6_connect "connect over IPv6 (unique-local), I/O, address shown as [$TARGET_ADDR6]:port" \
 		"$TARGET_ADDR6" "[$TARGET_ADDR6]:$TARGET_PORT"
 	ipv6_connect "connect over IPv6 (link-local with scope), I/O, address shown with the scope" \
-		"$TARGET_LL6%$RXE_NETDEV" "[$TARGET_LL6]:$TARGET_PORT%$ifindex"
+		"$TARGET_LL6%$RDMA_NETDEV" "[$TARGET_LL6]:$TARGET_PORT%$ifindex"
 else
 	ktap_diag "connect over IPv6 (unique-local): IPv6 target set-up failed"
 	ktap_test_fail "connect over IPv6 (unique-local)"

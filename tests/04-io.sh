@@ -45,7 +45,7 @@ queues_used() { # DEV
 ktap_print_header
 ktap_set_plan 25
 
-if ! rxe_setup || ! target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 dmesg_mark

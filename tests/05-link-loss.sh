@@ -22,134 +22,21 @@ FLAPS=${RSRDMA_FLAPS:-10}
 REMOVALS=${RSRDMA_REMOVALS:-5}
 PORT_CYCLES=${RSRDMA_PORT_CYCLES:-5}
 RELOADS=${RSRDMA_RELOADS:-1}
-RECOVERY_TIMEOUT=60
 
 cleanup() {
 	[ -n "${FIO_PID:-}" ] && kill -INT "$FIO_PID" 2>/dev/null
 	probe_stop
-	ip link set "$RXE_NETDEV" up 2>/dev/null
+	ip link set "$RDMA_NETDEV" up 2>/dev/null
 	teardown_all
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 
-probed_after() { [ -n "$(probe_first_after "$1")" ]; }
-
-# recovered CTRL T: wait until CTRL is live and the probe completed a read after time T; print
-# the milliseconds from T to that read. Non-zero if that did not happen in time.
-recovered() {
-	local ctrl=$1 t=$2 first
-	wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live || return 1
-	wait_for 30 probed_after "$t" || return 1
-	first=$(probe_first_after "$t")
-	awk -v a="$t" -v b="$first" 'BEGIN { printf "%d\n", (b - a) * 1000 }'
-}
-
-# stats NAME MS...: median and max of the recovery times, as a diagnostic line.
-stats() {
-	local name=$1
-	shift
-	printf '%s\n' "$@" | sort -n | awk -v n="$name" '
-		{ v[NR] = $1 } END { if (NR) printf "# %s: %d recoveries, link back to first I/O: median %d ms, max %d ms\n",
-			n, NR, v[int((NR + 1) / 2)], v[NR] }'
-}
-
-# reissued MARK RKEY: whether the kernel log since MARK shows the pool's (or the registered
-# area's) registration with RKEY deregistered and then a new registration given the same value.
-# A re-created rxe device numbers its MRs from the start again and draws the key's low byte at
-# random, so a new RKEY equals the old one once in 256 device removals.
-reissued() {
-	dmesg_after "$1" | awk -v k="$2" '
-		index($0, "pool: invalidating rkey " k " (MR deregistered)") { gone = 1 }
-		index($0, "area: invalidating rkey " k " (MR deregistered)") { gone = 1 }
-		gone && index($0, "pool: registered ") && $NF == k { found = 1 }
-		gone && index($0, "area: ") && index($0, " with rkey " k " (registration ") { found = 1 }
-		END { exit !found }'
-}
-
-# cycle NAME CTRL DOWN_CMD DOWN_S UP_CMD: one outage under I/O: DOWN_CMD, DOWN_S seconds, UP_CMD,
-# then recovery. It counts only if it ran under I/O (the probe, and the fio job if one was
-# started), if both commands succeeded, if the controller went through a reconnect (or, for a
-# reset, through the reset), and if I/O was back within RECOVERY_BOUND_MS of UP_CMD. Sets
-# CYCLE_MS; checks that the RKEYs from before the outage (there must be some) are gone.
-RECOVERY_BOUND_MS=$(scaled 5000)
-cycle() {
-	local name=$1 ctrl=$2 down=$3 secs=$4 up=$5 before after t k mark
-	if [ -z "${PROBE_PID:-}" ] || ! kill -0 "$PROBE_PID" 2>/dev/null; then
-		ktap_diag "$name: the probe is not running: no outage under I/O"
-		return 1
-	fi
-	if [ -n "${FIO_PID:-}" ] && ! _fio_job_running; then
-		ktap_diag "$name: the fio job is not running: no outage under I/O"
-		return 1
-	fi
-	before=$(our_rkeys)
-	[ -n "$before" ] || { ktap_diag "$name: the module holds no RKEY before the outage"; return 1; }
-	mark=$(kmsg_mark)
-	eval "$down" || { ktap_diag "$name: '$down' failed"; return 1; }
-	sleep "$secs"
-	eval "$up" || { ktap_diag "$name: '$up' failed"; return 1; }
-	t=$(now)
-	CYCLE_MS=$(recovered "$ctrl" "$t") || {
-		ktap_diag "$name: no recovery within ${RECOVERY_TIMEOUT} s (state $(ctrl_state "$ctrl"))," \
-			"back at $t, last probe read at $(tail -n1 "$PROBE_LOG"), probe $(kill -0 "$PROBE_PID" 2>/dev/null && echo alive || echo dead)"
-		# The one cause outside the host seen so far (see the keep-alive timeout below).
-		dmesg_after "$mark" | grep -m1 'nvmet: .*keep-alive timer .* expired' |
-			sed 's/^/target: /' | ktap_diag
-		return 1
-	}
-	if ! dmesg_after "$mark" | grep -qE "$ctrl: (Successfully reconnected|resetting controller)"; then
-		ktap_diag "$name: no reconnect (nor reset) of $ctrl in the log: the outage did not reach it"
-		return 1
-	fi
-	if ((CYCLE_MS > RECOVERY_BOUND_MS)); then
-		ktap_diag "$name: I/O back only $CYCLE_MS ms after the link returned (bound $RECOVERY_BOUND_MS ms)"
-		return 1
-	fi
-	after=$(our_rkeys)
-	[ -n "$after" ] || { ktap_diag "$name: the module holds no RKEY after the recovery"; return 1; }
-	for k in $before; do
-		if grep -qx "$k" <<<"$after"; then
-			if reissued "$mark" "$k"; then
-				ktap_diag "$name: rkey $k was deregistered and the new registration drew the same value"
-				continue
-			fi
-			ktap_diag "$name: old rkey $k still registered (now: $(tr '\n' ' ' <<<"$after"))"
-			return 1
-		fi
-	done
-	ktap_diag "$name: rkeys $(tr '\n' ' ' <<<"$before")-> $(tr '\n' ' ' <<<"$after"), I/O back after $CYCLE_MS ms"
-}
-
-# series KIND ONE COUNT DOWN_CMD DOWN_S UP_CMD TEST: COUNT outages (cycle, named "ONE i"), 2 s
-# apart, stopping at the first that fails; the recovery times' median and maximum (stats KIND);
-# then TEST passes if every one counted. DOWN_S "1-3" means 1, 2 and 3 s in turn.
-series() {
-	local kind=$1 one=$2 count=$3 down=$4 secs=$5 up=$6 test=$7 i s ms=() ok=1
-	if ((count < 1)); then
-		ktap_test_skip "$test (a count of $count)"
-		return
-	fi
-	for ((i = 1; i <= count; i++)); do
-		s=$secs
-		[ "$secs" = 1-3 ] && s=$((1 + (i - 1) % 3))
-		if cycle "$one $i (down $s s)" "$ctrl" "$down" "$s" "$up"; then
-			ms+=("$CYCLE_MS")
-		else
-			ok=0
-			break
-		fi
-		sleep 2
-	done
-	stats "$kind" "${ms[@]}"
-	if ((ok)); then ktap_test_pass "$test"; else ktap_test_fail "$test"; fi
-}
-
 ktap_print_header
 ktap_set_plan 25
 
-if ! rxe_setup || ! target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 dmesg_mark
@@ -171,7 +58,7 @@ probe_start "$dev"
 
 # --- netdev flaps --------------------------------------------------------------------------------
 fio_start "$dev" --size=16m
-series "netdev flaps" flap "$FLAPS" "ip link set $RXE_NETDEV down" 1-3 "ip link set $RXE_NETDEV up" \
+series "netdev flaps" flap "$FLAPS" "ip link set $RDMA_NETDEV down" 1-3 "ip link set $RDMA_NETDEV up" \
 	"$FLAPS netdev flaps: every one recovered, old RKEYs gone"
 if fio_stop; then
 	ktap_test_pass "netdev flaps: fio verify saw no error"
@@ -183,8 +70,8 @@ fi
 fio_start "$dev" --size=16m
 # The target shares the device: nvmet-rdma drops its listener when the device goes, so its port
 # is re-enabled once the device is back (a separate target would not notice).
-series "device removals" "device removal" "$REMOVALS" "timeout 60 rdma link delete $RXE_NAME" 1 \
-	"rdma link add $RXE_NAME type rxe netdev $RXE_NETDEV && target_port_disable && target_port_enable" \
+series "device removals" "device removal" "$REMOVALS" "timeout 60 rdma link delete $RDMA_LINK" 1 \
+	"rdma link add $RDMA_LINK type $RDMA_TYPE netdev $RDMA_NETDEV && target_port_disable && target_port_enable" \
 	"$REMOVALS RDMA device removals: removal completes, controller kept and reconnected"
 if fio_stop; then
 	ktap_test_pass "device removals: fio verify saw no error"
@@ -270,7 +157,7 @@ fi
 resets_with_device_events() {
 	local ctrl=$1 dev=$2 mark i n flapper rc=0
 	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy &&
-		ip link set rsrdma_dm0 up && timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 ||
+		ip link set rsrdma_dm0 up && timeout 60 rdma link add rsrdma_x type "$RDMA_TYPE" netdev rsrdma_dm0 ||
 		return 1
 	mark=$(kmsg_mark)
 	fio_start "$dev" --size=8m
@@ -290,7 +177,7 @@ resets_with_device_events() {
 	ip link set rsrdma_dm0 up
 	timeout 60 nvme reset "/dev/$ctrl" >/dev/null 2>&1 &
 	i=$!
-	timeout 60 rdma link delete rsrdma_x && timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0
+	timeout 60 rdma link delete rsrdma_x && timeout 60 rdma link add rsrdma_x type "$RDMA_TYPE" netdev rsrdma_dm0
 	wait "$i"
 	wait_for 60 in_state "$ctrl" live || { echo "after the last reset: $(ctrl_state "$ctrl")"; rc=1; }
 	fio_stop || { echo "fio: an error, or blocks not verified"; rc=1; }
@@ -302,8 +189,8 @@ resets_with_device_events() {
 		"reconnect attempts beside them: $n"
 	dmesg_after "$mark" | grep -E 'reconnect' | head -n 8
 	# A reset stops the controller as deletion does; it must still reconnect after a link loss.
-	cycle "link loss after the resets" "$ctrl" "ip link set $RXE_NETDEV down" 2 \
-		"ip link set $RXE_NETDEV up" || rc=1
+	cycle "link loss after the resets" "$ctrl" "ip link set $RDMA_NETDEV down" 2 \
+		"ip link set $RDMA_NETDEV up" || rc=1
 	((rc == 0 && n == 0))
 }
 ktap_check "resets while another RDMA device flaps, goes and comes: one set-up at a time, I/O verified, reconnects after" \
@@ -318,7 +205,7 @@ ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60,fast_io_fail_tm
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
 ktap_diag "fast_io_fail_tmo=1: $dev on ${ctrl:-none}"
-ip link set "$RXE_NETDEV" down
+ip link set "$RDMA_NETDEV" down
 sleep 3
 t0=$(date +%s%N)
 timeout 30 dd if="$dev" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null
@@ -330,7 +217,7 @@ if ((rc != 0 && rc != 124 && fail_ms < 5000)); then
 else
 	ktap_test_fail "link down longer than fast_io_fail_tmo: I/O fails fast"
 fi
-ip link set "$RXE_NETDEV" up
+ip link set "$RDMA_NETDEV" up
 wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
 ktap_check "after fast_io_fail: I/O resumes when the link returns" fio_verify "$dev" --size=8m
 host_disconnect_all
@@ -342,14 +229,14 @@ dev=$(nvme_dev_for_nqn "$NQN_NULL")
 ktap_diag "ctrl_loss_tmo=3: $dev on ${ctrl:-none}"
 (timeout 60 dd if="$dev" of=/dev/null bs=1M count=64 iflag=direct 2>/dev/null; echo $? >/tmp/rsrdma-dd.rc) &
 dd_pid=$!
-ip link set "$RXE_NETDEV" down
+ip link set "$RDMA_NETDEV" down
 start=$SECONDS
 wait_for 30 in_state "$ctrl" gone
 gone_after=$((SECONDS - start))
 wait "$dd_pid"
 dd_rc=$(cat /tmp/rsrdma-dd.rc 2>/dev/null)
 ktap_diag "controller gone after ${gone_after} s; reader status ${dd_rc:-none}"
-ip link set "$RXE_NETDEV" up
+ip link set "$RDMA_NETDEV" up
 if [ "$(ctrl_state "$ctrl")" = gone ] && ((gone_after < 20)) && [ -n "$dd_rc" ] && [ "$dd_rc" != 0 ] &&
 	[ "$dd_rc" != 124 ]; then
 	ktap_test_pass "link down longer than ctrl_loss_tmo: controller deleted, I/O fails, nothing hangs"
@@ -361,17 +248,17 @@ fi
 # The core accepts a write to a controller's ctrl_loss_tmo at any time; a reconnecting controller
 # must follow it: with ctrl_loss_tmo=5 it would be deleted about 5 s after the loss (as above),
 # -1 written meanwhile keeps it reconnecting until the link returns.
-wait_for 30 _rxe_active
+wait_for 30 _fabric_active
 ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=5")
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
 dev=$(nvme_dev_for_nqn "$NQN_NULL")
-ip link set "$RXE_NETDEV" down
+ip link set "$RDMA_NETDEV" down
 wait_for 30 in_state "$ctrl" connecting
 written=no
 echo -1 >"/sys/class/nvme/$ctrl/ctrl_loss_tmo" && written=yes
 sleep "$(scaled 10)"
 down_state=$(ctrl_state "$ctrl")
-ip link set "$RXE_NETDEV" up
+ip link set "$RDMA_NETDEV" up
 wait_for "$RECOVERY_TIMEOUT" in_state "$ctrl" live
 ktap_diag "ctrl_loss_tmo -1 written ($written) while reconnecting: $down_state $(scaled 10) s later, $(ctrl_state "$ctrl") once the link is back"
 if [ "$written" = yes ] && [ "$down_state" = connecting ] && in_state "$ctrl" live &&
@@ -383,10 +270,10 @@ fi
 host_disconnect_all
 
 # --- reset and delete while reconnecting -------------------------------------------------------
-wait_for 30 _rxe_active
+wait_for 30 _fabric_active
 ctrl=$(fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60")
 wait_for 30 nvme_dev_for_nqn "$NQN_NULL" >/dev/null
-ip link set "$RXE_NETDEV" down
+ip link set "$RDMA_NETDEV" down
 wait_for 30 in_state "$ctrl" connecting
 out=$(timeout 30 nvme reset "/dev/$ctrl" 2>&1)
 ktap_diag "reset while $(ctrl_state "$ctrl"): ${out:-accepted}"
@@ -397,13 +284,13 @@ timeout 60 nvme disconnect -d "$ctrl" 2>&1 | ktap_diag
 wait_for 30 in_state "$ctrl" gone
 ktap_diag "deleted while reconnecting in $((SECONDS - start)) s"
 ktap_check "delete while reconnecting" test "$(ctrl_state "$ctrl")" = gone
-ip link set "$RXE_NETDEV" up
-wait_for 30 _rxe_active
+ip link set "$RDMA_NETDEV" up
+wait_for 30 _fabric_active
 
-# rxe_readd: the RDMA device back after its removal, and the target port, whose listener
+# link_readd: the RDMA device back after its removal, and the target port, whose listener
 # nvmet-rdma dropped with the device, enabled again.
-rxe_readd() {
-	rdma link add "$RXE_NAME" type rxe netdev "$RXE_NETDEV" && wait_for 30 _rxe_active &&
+link_readd() {
+	rdma link add "$RDMA_LINK" type "$RDMA_TYPE" netdev "$RDMA_NETDEV" && wait_for 30 _fabric_active &&
 		target_port_disable && target_port_enable
 }
 
@@ -426,7 +313,7 @@ second_device_loss() {
 	modprobe dummy numdummies=0 && ip link add rsrdma_dm0 type dummy || return 1
 	if [ "$1" = up ]; then ip link set rsrdma_dm0 up || return 1; fi
 	added=$(kmsg_mark)
-	timeout 60 rdma link add rsrdma_x type rxe netdev rsrdma_dm0 || return 1
+	timeout 60 rdma link add rsrdma_x type "$RDMA_TYPE" netdev rsrdma_dm0 || return 1
 	ctrl=$(fabrics_connect "$2") && wait_for 30 in_state "$ctrl" live || return 1
 	mark=$(kmsg_mark)
 	t=$SECONDS
@@ -522,11 +409,11 @@ disconnect_during_device_removal() {
 		mark=$(kmsg_mark)
 		timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1 &
 		pid=$!
-		timeout 60 rdma link delete "$RXE_NAME" || { echo "round $i: device removal failed"; rc=1; }
+		timeout 60 rdma link delete "$RDMA_LINK" || { echo "round $i: device removal failed"; rc=1; }
 		wait "$pid"
 		wait_for 30 in_state "$ctrl" gone || { echo "round $i: $ctrl $(ctrl_state "$ctrl")"; rc=1; }
 		echo "round $i: $(dmesg_after "$mark" | grep -oE 'RDMA device .* removed \([0-9]+ controllers released it\)|waiting for .*')"
-		rxe_readd || { rc=1; break; }
+		link_readd || { rc=1; break; }
 		((rc == 0)) || break
 	done
 	echo "left: $(rdma_counts | grep -vE ' 0$' | tr '\n' ' ')"
@@ -548,13 +435,13 @@ connect_during_device_removal() {
 		fabrics_connect "$opts,reconnect_delay=1,ctrl_loss_tmo=60" >"$out" 2>&1 &
 		pid=$!
 		sleep "$(printf '0.%02d' $((i * 5)))"
-		ip link set "$RXE_NETDEV" down
+		ip link set "$RDMA_NETDEV" down
 		t=$SECONDS
-		timeout 60 rdma link delete "$RXE_NAME" || { echo "round $i: removal failed or hung"; rc=1; }
+		timeout 60 rdma link delete "$RDMA_LINK" || { echo "round $i: removal failed or hung"; rc=1; }
 		wait "$pid"
 		echo "round $i: removal took $((SECONDS - t)) s, connect: $(sed 's/^# connect .*: //' "$out" | tr '\n' ' ')"
-		ip link set "$RXE_NETDEV" up
-		rxe_readd || { rc=1; break; }
+		ip link set "$RDMA_NETDEV" up
+		link_readd || { rc=1; break; }
 		ctrl=$(grep -o '^nvme[0-9]*$' "$out")
 		[ -z "$ctrl" ] || timeout 60 nvme disconnect -d "$ctrl" >/dev/null 2>&1
 		if dmesg_after "$mark" | grep "parked CM id is still on a device being removed"; then

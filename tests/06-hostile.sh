@@ -35,7 +35,7 @@ cleanup() {
 	[ -z "$SAVED_IO_TIMEOUT" ] || echo "$SAVED_IO_TIMEOUT" >"$NVME_CORE/io_timeout" 2>/dev/null
 	host_disconnect_all >/dev/null 2>&1
 	host_unload >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	fabric_teardown >/dev/null 2>&1
 	rm -f "$PAT"
 }
 trap cleanup EXIT
@@ -258,7 +258,7 @@ reconnect_fault() {
 ktap_print_header
 ktap_set_plan 59
 
-if ! rxe_setup || ! host_load; then
+if ! fabric_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 # Shorter command timeouts for the cases that wait for them (set around those cases only).

@@ -43,7 +43,7 @@ cleanup() {
 	rsrdma_unload >/dev/null 2>&1
 	restore_moddir
 	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	fabric_teardown >/dev/null 2>&1
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
@@ -177,7 +177,7 @@ pool_param_clamped() {
 	disconnect_unload
 }
 
-if rxe_setup && target_setup; then
+if fabric_setup && target_setup; then
 	ktap_check "nvme connect -t rsrdma autoloads nvme_rsrdma (alias nvme-rsrdma) and connects" \
 		autoload_connect rsrdma
 	ktap_check "disconnect, modprobe -r" disconnect_unload
@@ -203,7 +203,7 @@ fi
 host_disconnect_all
 module_unload nvme_rsrdma
 target_teardown
-rxe_teardown
+fabric_teardown
 restore_moddir
 ktap_check "module directory restored" test -L "$MODDIR"
 ktap_check "kernel log clean" dmesg_check_clean

@@ -65,7 +65,7 @@ cases=(
 ktap_print_header
 ktap_set_plan $((${#cases[@]} + 4))
 
-if ! rxe_setup || ! target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 dmesg_mark

@@ -12,8 +12,6 @@
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
-RECOVERY_TIMEOUT=60
-
 cleanup() {
 	[ -n "${FIO_PID:-}" ] && kill -INT "$FIO_PID" 2>/dev/null
 	teardown_all
@@ -103,7 +101,7 @@ lose() {
 ktap_print_header
 ktap_set_plan 9
 
-if ! rxe_setup || ! target_setup || ! target_ipv6_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! target_ipv6_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 # (nvme_core is loaded now, with the fabrics core.)

@@ -16,7 +16,6 @@ set -u
 NQN_AUTH=nqn.2026-11.io.rsrdma:auth
 HOST_AUTH=nqn.2014-08.io.rsrdma:host-auth
 HOSTID_AUTH=8f3a2c5e-1b7d-4e2a-9c61-0d5f7a3b2e91
-RECOVERY_TIMEOUT=60
 
 trap teardown_all EXIT
 trap 'exit 143' TERM INT
@@ -73,7 +72,7 @@ ktap_set_plan 9
 KEY=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
 CKEY=$(nvme gen-dhchap-key -n "$NQN_AUTH" -m 1)
 BAD=$(nvme gen-dhchap-key -n "$HOST_AUTH" -m 1)
-if ! rxe_setup || ! target_setup || ! auth_target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! auth_target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 dmesg_mark

@@ -33,7 +33,7 @@ trap 'exit 143' TERM INT
 ktap_print_header
 ktap_set_plan 21
 
-if ! rxe_setup || ! target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 mkdir -p "$RUN"
@@ -156,7 +156,7 @@ outage() {
 ktap_check "target outage under fio from the area: re-registered, verified" \
 	outage target_port_disable target_port_enable
 ktap_check "link flap under fio from the area: re-registered, verified" \
-	outage "ip link set $RXE_NETDEV down; sleep 2" "ip link set $RXE_NETDEV up"
+	outage "ip link set $RDMA_NETDEV down; sleep 2" "ip link set $RDMA_NETDEV up"
 
 # --- multipath ----------------------------------------------------------------------------------
 # A second controller of the subsystem (its IPv6 port) shares the area: both devices map the same

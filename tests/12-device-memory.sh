@@ -79,7 +79,7 @@ ktap_diag "peer memory: $BDF ($(cat "$PCI/$BDF/vendor"):$(cat "$PCI/$BDF/device"
 RAM_BDF=$(wait_for 10 provider rsrdma_p2pmem >/dev/null && provider rsrdma_p2pmem)
 ktap_diag "RAM-backed test provider: ${RAM_BDF:-none}"
 
-if ! rxe_setup || ! target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 dmesg_mark
@@ -205,11 +205,11 @@ flap() {
 	checkpoint 48 1M --offset 128M >/tmp/rsrdma-dm-flap.log 2>&1 &
 	pid=$!
 	sleep 3
-	ip link set "$RXE_NETDEV" down
+	ip link set "$RDMA_NETDEV" down
 	wait_for 30 not_live "$ctrl" || rc=1
 	ktap_diag "controller $(ctrl_state "$ctrl") with the link down"
 	sleep 2
-	ip link set "$RXE_NETDEV" up
+	ip link set "$RDMA_NETDEV" up
 	wait_for 60 in_state "$ctrl" live || rc=1
 	wait "$pid" || rc=1
 	cat /tmp/rsrdma-dm-flap.log

@@ -19,7 +19,7 @@ BG_PIDS=()
 cleanup() {
 	fi_off
 	pkill -x fio
-	ip link set "$RXE_NETDEV" up 2>/dev/null
+	ip link set "$RDMA_NETDEV" up 2>/dev/null
 	teardown_all
 }
 trap cleanup EXIT
@@ -83,7 +83,7 @@ ours_gone() {
 ktap_print_header
 ktap_set_plan 11
 
-if ! rxe_setup || ! target_setup || ! host_load; then
+if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
 fi
 dmesg_mark
@@ -124,7 +124,7 @@ rmmod_outcome() {
 rmmod_during() {
 	local rc=0
 	_rmmod_during "$@" || rc=1
-	ip link set "$RXE_NETDEV" up
+	ip link set "$RDMA_NETDEV" up
 	((${#BG_PIDS[@]})) && kill "${BG_PIDS[@]}" 2>/dev/null
 	host_disconnect_all >/dev/null
 	_module_loaded nvme_rsrdma || host_load || rc=1
@@ -150,7 +150,7 @@ _rmmod_during() {
 	out=$(timeout 120 rmmod nvme_rsrdma 2>&1) || rc=$?
 	ms=$((($(date +%s%N) - t) / 1000000))
 	[ -n "$out" ] && echo "rmmod: $out"
-	ip link set "$RXE_NETDEV" up
+	ip link set "$RDMA_NETDEV" up
 	rmmod_outcome "$want" "$ms" "$rc" || return 1
 	if ((REFUSED)); then
 		wait_for 60 all_live "${ctrls[@]}" || { echo "not live again: ${ctrls[*]}"; return 1; }
@@ -167,7 +167,7 @@ ktap_check "rmmod with I/O in flight on three controllers: refused or clean" \
 # with the port down, soft-RoCE's CM would send the disconnect requests of rmmod through it and
 # its GSI QP fail for good (admin guide, "soft-RoCE and link loss"), for every later test.
 ktap_check "rmmod while three controllers with I/O queued reconnect: refused or clean" \
-	rmmod_during connecting "ip link set $RXE_NETDEV down" "ip link set $RXE_NETDEV up"
+	rmmod_during connecting "ip link set $RDMA_NETDEV down" "ip link set $RDMA_NETDEV up"
 
 # --- resets, flaps and a deletion at once -----------------------------------------------------
 # Three controllers: verified writes on the first (fio_start), a verified job on the second,
@@ -384,11 +384,11 @@ reconnect_failing() {
 	c=$(connect "$NQN_NULL") && d=$(ns_dev "$NQN_NULL") || return 1
 	fio_start "$d" --size=8m
 	mark=$(kmsg_mark)
-	ip link set "$RXE_NETDEV" down
+	ip link set "$RDMA_NETDEV" down
 	wait_for 30 in_state "$c" connecting || { echo "$c: $(ctrl_state "$c"), not connecting"; rc=1; }
 	fi_on "$attr" "$pct" || rc=1
 	sleep 2
-	ip link set "$RXE_NETDEV" up
+	ip link set "$RDMA_NETDEV" up
 	sleep 6
 	injected=$(fi_injected "$attr")
 	fi_off

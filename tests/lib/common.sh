@@ -10,7 +10,8 @@
 #                  ktap_test_pass/fail/skip NAME, ktap_exit_fail_msg MSG, ktap_finished...) and
 #                  ktap_check NAME CMD..., ktap_diag MSG..., run_diag CMD...
 #   misc.sh        wait_for TIMEOUT_S CMD..., module_unload NAME
-#   fabric.sh      rxe_setup, rxe_teardown
+#   fabric.sh      fabric_setup, fabric_teardown (the provider's RDMA link, $RDMA_LINK on
+#                  $RDMA_NETDEV)
 #   target.sh      target_setup, target_teardown (nvmet over configfs, port 1, three subsystems),
 #                  target_ipv6_setup, target_ipv6_teardown (ports 2 and 3 on IPv6 addresses)
 #   host.sh        host_load, host_unload, rsrdma_load [PARAMS...], rsrdma_unload,
@@ -47,6 +48,8 @@ RSRDMA_LIB=$(dirname "${BASH_SOURCE[0]}")
 # The host mode of the test (its name, RSRDMA_MODE, or rsrdma): see suite.sh.
 RSRDMA_MODE=$(suite_mode "$0")
 export RSRDMA_MODE
+# The RDMA provider under the test (its name, RSRDMA_PROVIDER, or rxe): see suite.sh.
+RDMA_PROVIDER=$(suite_provider "$0")
 
 # scaled SECONDS: a wait for the kernel under test, times the suite's timeout scale (3 on the
 # debug kernel, where everything takes several times as long; see tests/lib/suite.sh).
@@ -64,8 +67,6 @@ export NULL_SIZE=$((256 << 20)) FILE_SIZE=$((128 << 20))
 NVMET_CFS=/sys/kernel/config/nvmet
 NULLB_CFS=/sys/kernel/config/nullb
 TARGET_TMPFS=/tmp/rsrdma-target
-RXE_NAME=rxe0
-RXE_NETDEV=eth0
 
 # shellcheck source=ktap.sh
 . "$RSRDMA_LIB/ktap.sh"

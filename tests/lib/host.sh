@@ -115,7 +115,7 @@ teardown_all() {
 	host_unload >/dev/null 2>&1
 	target_ipv6_teardown >/dev/null 2>&1
 	target_teardown >/dev/null 2>&1
-	rxe_teardown >/dev/null 2>&1
+	fabric_teardown >/dev/null 2>&1
 }
 
 # ctrl_for NQN: print the sysfs directory of the (first) controller connected to NQN.

@@ -8,7 +8,7 @@
 # fabrics controllers, RDMA links, target configuration); nothing when the guest is clean.
 leftovers() {
 	local m c d
-	for m in nvme_rsrdma nvme_rdma nvmet_rdma nvme_loop nvmet null_blk rdma_rxe; do
+	for m in nvme_rsrdma nvme_rdma nvmet_rdma nvme_loop nvmet null_blk rdma_rxe siw; do
 		_module_loaded "$m" && echo "module $m"
 	done
 	for c in /sys/class/nvme/nvme*; do
@@ -20,7 +20,7 @@ leftovers() {
 		[ -d "$d" ] && echo "null_blk ${d##*/}"
 	done
 	mountpoint -q "$TARGET_TMPFS" 2>/dev/null && echo "mount $TARGET_TMPFS"
-	ip -6 -o addr show dev "$RXE_NETDEV" 2>/dev/null |
+	ip -6 -o addr show dev "$RDMA_NETDEV" 2>/dev/null |
 		awk -v a="$TARGET_ADDR6/64" -v l="$TARGET_LL6/64" '$4 == a || $4 == l { print "address " $4 }'
 	[ ! -e "$DROPIN_MODPROBE_CONF" ] || echo "file $DROPIN_MODPROBE_CONF"
 	[ "$(cat /proc/sys/kernel/modprobe)" = /bin/true ] && echo "module autoloading off (fabrics_probe)"
@@ -36,7 +36,7 @@ reset_guest() {
 	target_ipv6_teardown
 	target_teardown
 	module_unload nvme_rdma
-	rxe_teardown
+	fabric_teardown
 }
 
 # bail_out MSG: the test's set-up failed before its first case: what it left behind as

@@ -20,6 +20,9 @@
 #   its host mode         NN-name-dropin.sh, a symbolic link to NN-name.sh, is that test in
 #                         drop-in mode (RSRDMA_MODE=dropin: nvme_rsrdma loaded with dropin=1
 #                         as "rdma"); every other name runs in RSRDMA_MODE, default rsrdma.
+#   its RDMA provider     NN-name-siw.sh, a symbolic link to NN-name.sh, is that test over
+#                         soft-iWARP (siw); every other name runs over RSRDMA_PROVIDER,
+#                         default rxe (soft-RoCE). See tests/lib/fabric.sh.
 #   checks after it       after the test and its own clean-up: what it left behind (modules,
 #                         controllers, RDMA links, target configuration: leftovers), one more
 #                         failed case and a reset of the guest; a problem report in the kernel
@@ -50,7 +53,16 @@ suite_mode() {
 	esac
 }
 
-# suite_tests: every test's file name, in order: each test, then its variants in other modes.
+# suite_provider NAME: the RDMA provider of a test (file name, with or without ".sh").
+suite_provider() {
+	case "${1%.sh}" in
+	*-siw) echo siw ;;
+	*) echo "${RSRDMA_PROVIDER:-rxe}" ;;
+	esac
+}
+
+# suite_tests: every test's file name, in order: each test, then its variants in other modes
+# and over other providers.
 suite_tests() {
 	local f v
 	for f in "$SUITE_DIR"/[0-9][0-9]-*.sh; do

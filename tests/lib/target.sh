@@ -39,7 +39,7 @@ _subsys_create() { # NQN PATH
 
 target_setup() {
 	local nqn p=$NVMET_CFS/ports/1
-	_rxe_active || rxe_setup || return 1
+	_fabric_active || fabric_setup || return 1
 	_configfs || return 1
 	modprobe null_blk nr_devices=0 || { ktap_diag "modprobe null_blk failed"; return 1; }
 	modprobe nvmet-rdma || { ktap_diag "modprobe nvmet-rdma failed"; return 1; }
@@ -61,7 +61,7 @@ target_setup() {
 		[ -e "$p/subsystems/$nqn" ] && continue
 		# Linking the first subsystem enables the port: nvmet-rdma binds the address now.
 		ln -s "$NVMET_CFS/subsystems/$nqn" "$p/subsystems/$nqn" ||
-			{ ktap_diag "cannot export $nqn on port 1 (is $RXE_NAME up?)"; return 1; }
+			{ ktap_diag "cannot export $nqn on port 1 (is $RDMA_LINK up?)"; return 1; }
 	done
 }
 
@@ -107,14 +107,16 @@ target_teardown() {
 }
 
 # target_ipv6_setup (after target_setup): a unique-local ($TARGET_ADDR6) and a link-local
-# ($TARGET_LL6) address on $RXE_NETDEV, each with its RoCE v2 GID in rxe's table, and nvmet
+# ($TARGET_LL6) address on $RDMA_NETDEV, each with its RoCE v2 GID in rxe's table (iWARP has
+# none: its CM resolves IP addresses), and nvmet
 # ports 2 and 3 exporting $NQN_NULL on them at $TARGET_PORT. target_ipv6_teardown removes the
 # ports and the addresses (target_teardown removes the ports too).
 
-_rxe_has_gid() { # ADDRESS
+_fabric_has_gid() { # ADDRESS
 	local full
+	[ "$RDMA_TYPE" != siw ] || return 0
 	full=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_address(sys.argv[1]).exploded)' "$1")
-	grep -qx "$full" /sys/class/infiniband/"$RXE_NAME"/ports/1/gids/* 2>/dev/null
+	grep -qx "$full" /sys/class/infiniband/"$RDMA_LINK"/ports/1/gids/* 2>/dev/null
 }
 
 _ipv6_port() { # PORT_ID TRADDR
@@ -131,15 +133,15 @@ _ipv6_port() { # PORT_ID TRADDR
 target_ipv6_setup() {
 	local a
 	for a in "$TARGET_ADDR6/64" "$TARGET_LL6/64"; do
-		ip -6 addr show dev "$RXE_NETDEV" | grep -q "inet6 $a " && continue
+		ip -6 addr show dev "$RDMA_NETDEV" | grep -q "inet6 $a " && continue
 		# No duplicate address detection: the address is usable at once.
-		ip -6 addr add "$a" dev "$RXE_NETDEV" nodad ||
-			{ ktap_diag "cannot add $a to $RXE_NETDEV"; return 1; }
+		ip -6 addr add "$a" dev "$RDMA_NETDEV" nodad ||
+			{ ktap_diag "cannot add $a to $RDMA_NETDEV"; return 1; }
 	done
 	for a in "$TARGET_ADDR6" "$TARGET_LL6"; do
-		wait_for 10 _rxe_has_gid "$a" || { ktap_diag "no GID for $a on $RXE_NAME"; return 1; }
+		wait_for 10 _fabric_has_gid "$a" || { ktap_diag "no GID for $a on $RDMA_LINK"; return 1; }
 	done
-	_ipv6_port 2 "$TARGET_ADDR6" && _ipv6_port 3 "$TARGET_LL6%$RXE_NETDEV"
+	_ipv6_port 2 "$TARGET_ADDR6" && _ipv6_port 3 "$TARGET_LL6%$RDMA_NETDEV"
 }
 
 target_ipv6_teardown() {
@@ -150,8 +152,8 @@ target_ipv6_teardown() {
 		rmdir "$NVMET_CFS/ports/$p" || rc=1
 	done
 	for a in "$TARGET_ADDR6/64" "$TARGET_LL6/64"; do
-		if ip -6 addr show dev "$RXE_NETDEV" 2>/dev/null | grep -q "inet6 $a "; then
-			ip -6 addr del "$a" dev "$RXE_NETDEV" || rc=1
+		if ip -6 addr show dev "$RDMA_NETDEV" 2>/dev/null | grep -q "inet6 $a "; then
+			ip -6 addr del "$a" dev "$RDMA_NETDEV" || rc=1
 		fi
 	done
 	return $rc
