@@ -17,6 +17,8 @@ debs=(
 	qemu-system-x86 busybox-static
 	# tools used inside the guest (the guest shares the host root filesystem)
 	nvme-cli fio rdma-core ibverbs-utils rdmacm-utils perftest iproute2 e2fsprogs librdmacm-dev libibverbs-dev
+	# the filesystem test (14-filesystems): XFS tools, metadata stressors
+	xfsprogs stress-ng
 	# profiles of make bench (BENCH_PROFILE=1)
 	linux-perf
 	# documentation checks
@@ -47,6 +49,13 @@ fi
 if ! bindgen --version 2>/dev/null | grep -q "$BINDGEN_VERSION"; then
 	log "installing bindgen-cli $BINDGEN_VERSION from crates.io"
 	cargo install -q bindgen-cli --version "$BINDGEN_VERSION" --locked
+fi
+
+# fsx, the file system exerciser (a Rust port of the BSD and Linux fsx), for 14-filesystems.
+# Installed under /usr/local: the guest runs with the system's PATH only.
+if ! /usr/local/bin/fsx --version 2>/dev/null | grep -q "$FSX_VERSION"; then
+	log "installing fsx $FSX_VERSION from crates.io into /usr/local"
+	sudo_ "$(command -v cargo)" install -q fsx --version "$FSX_VERSION" --locked --root /usr/local
 fi
 
 log "dependencies present"

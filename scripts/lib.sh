@@ -5,6 +5,7 @@
 
 BINDGEN_VERSION=0.69.5
 VIRTME_NG_VERSION=1.42
+FSX_VERSION=0.3.2
 # The kernel's Rust needs the distribution rustc that ships its core sources, not rustup's.
 export RUSTC=${RUSTC:-/usr/bin/rustc}
 export PATH="$HOME/.cargo/bin:$PATH"

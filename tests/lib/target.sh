@@ -65,6 +65,15 @@ target_setup() {
 	done
 }
 
+# target_export_null NQN NAME SIZE_MIB BLOCKSIZE: one more subsystem on port 1, NQN, with a
+# memory-backed null_blk NAME as its namespace (target_teardown removes both).
+target_export_null() {
+	_nullb_create "$2" "$3" "$4" && _subsys_create "$1" "/dev/$2" || return 1
+	[ -e "$NVMET_CFS/ports/1/subsystems/$1" ] ||
+		ln -s "$NVMET_CFS/subsystems/$1" "$NVMET_CFS/ports/1/subsystems/$1" ||
+		{ ktap_diag "cannot export $1 on port 1"; return 1; }
+}
+
 target_teardown() {
 	local rc=0 p s ns d
 	host_disconnect_all || rc=1
