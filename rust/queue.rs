@@ -14,7 +14,7 @@
 use crate::ctrl::{Ctrl, RdmaCtrl};
 use crate::devices;
 use crate::proto::capsule::{CQE_SIZE, SQE_SIZE};
-use crate::proto::cm::{CmReject, CmRequest};
+use crate::proto::cm::{CmReject, CmReply, CmRequest};
 use crate::request;
 use crate::stats::QueueStats;
 use crate::wrap::errno;
@@ -200,6 +200,9 @@ pub(crate) struct Queue {
     cm_done: Completion,
     cm_event: AtomicI32,
     cm_status: AtomicI32,
+    /// The first four bytes of the private data of the target's accept and its length (bits
+    /// 32 and up), for the connect step's check of it.
+    accept_head: AtomicU64,
     /// The CM event behind `ENDED`, for the abort work's log line.
     ended_by: AtomicI32,
     /// The current connection. Its writer lock also serializes stopping the queue (error
@@ -229,6 +232,7 @@ impl Queue {
             cm_done <- Completion::new(),
             cm_event: AtomicI32::new(-1),
             cm_status: AtomicI32::new(0),
+            accept_head: AtomicU64::new(0),
             ended_by: AtomicI32::new(0),
             conn <- new_rcu_slot!("rsrdma_queue::conn"),
             retired: TakeCell::new(),
@@ -424,6 +428,24 @@ impl Queue {
         self.begin_cm_step();
         qp.connect(&param)?;
         self.wait_cm_step(ctrl, CmEventKind::Established, CM_CONNECT_TIMEOUT_MS)?;
+        let head = self.accept_head.load(Ordering::Relaxed);
+        let bytes = (head as u32).to_le_bytes();
+        let reply = CmReply::check(&bytes[..(head >> 32).min(4) as usize], &req).map_err(|e| {
+            log_err!(
+                nvme,
+                "queue {}: the target's accept is malformed: {}",
+                self.qid,
+                e
+            );
+            errno::EPROTO()
+        })?;
+        dbg_event!(
+            Cm,
+            nvme,
+            "queue {}: accepted, controller receive queue {}",
+            self.qid,
+            reply.crqsize
+        );
 
         let data_sges = qp.data_sges();
         let conn = KBox::new(
@@ -519,7 +541,17 @@ impl Queue {
             status
         );
         match kind {
-            CmEventKind::AddrResolved | CmEventKind::RouteResolved | CmEventKind::Established => {
+            CmEventKind::AddrResolved | CmEventKind::RouteResolved => self.cm_signal(kind, 0),
+            CmEventKind::Established => {
+                let data = ev.accepted().unwrap_or(&[]);
+                let mut head = [0u8; 4];
+                let n = data.len().min(4);
+                head[..n].copy_from_slice(&data[..n]);
+                let len = u64::try_from(data.len()).unwrap_or(u64::MAX);
+                self.accept_head.store(
+                    (len << 32) | u64::from(u32::from_le_bytes(head)),
+                    Ordering::Relaxed,
+                );
                 self.cm_signal(kind, 0)
             }
             CmEventKind::Rejected => {

@@ -4,19 +4,18 @@
 #
 # The transport against a peer that lies: tests/target (rsrdma-target), a userspace NVMe/RDMA
 # target on the same rxe device, first polite (4 MiB commands in one piece: its MDTS is 8 MiB,
-# nvmet-rdma's 1 MiB), then with one misbehaviour per test case: CM rejects with each
-# NVMe/RDMA status, a Connect never answered, Connect errors with and without DNR (on the
-# first connect and on a reconnect), completions with a wrong or unknown command_id,
-# duplicate, truncated and oversized completions, SEND_WITH_INV of a wrong RKEY and of the
-# pool's own, a command never completed, the association closed in the middle of a 4 MiB
+# nvmet-rdma's 1 MiB), then with one misbehaviour per test case: CM rejects with each NVMe/RDMA
+# status, accepts with malformed private data, a Connect never answered, Connect errors with and
+# without DNR (on the first connect and on a reconnect), completions with a wrong or unknown
+# command_id, duplicate, truncated and oversized completions, SEND_WITH_INV of a wrong RKEY and of
+# the pool's own, a command never completed, the association closed in the middle of a 4 MiB
 # transfer, the target's QP put in the error state, no I/O queue granted, a media error with DNR
 # (which the application must see), the event request completed 16 times at once, keep-alive
-# answered late (past KATO, and within it), and an RDMA READ with the RKEY a write
-# had on the previous association, which must fail at the target with a remote access error. The reach of
-# the pool's keys: an RDMA READ of a host read's buffer and an RDMA WRITE into a host write's
-# (each half of the pool is registered for one direction only) must fail with a remote access
-# error, and what the host's writes left in the pool must not be readable through the next
-# association's key.
+# answered late (past KATO, and within it), and an RDMA READ with the RKEY a write had on the
+# previous association, which must fail at the target with a remote access error. The reach of the
+# pool's keys: an RDMA READ of a host read's buffer and an RDMA WRITE into a host write's (each
+# half of the pool is registered for one direction only) must fail with a remote access error, and
+# what the host's writes left in the pool must not be readable through the next association's key.
 #
 # Each case asks of the module: no oops or WARN, a dmesg line naming the fault, recovery or a
 # clean connect failure as the protocol prescribes (with DNR: no further attempt), the data
@@ -256,7 +255,7 @@ reconnect_fault() {
 }
 
 ktap_print_header
-ktap_set_plan 59
+ktap_set_plan 63
 
 if ! fabric_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -348,6 +347,17 @@ connect_fails "connect-host-denied: host not allowed, a first connect fails clea
 	connect-host-denied "Connect for subsystem .* is not allowed"
 connect_fails "connect-no-subsys: subsystem not found, a first connect fails cleanly" \
 	connect-no-subsys "Connect Invalid Data Parameter, subsysnqn"
+# The accept's private data is checked (the C nvme-rdma does not read it): a record format other
+# than 0, or a controller receive queue smaller than the host's send queue, ends the connect with
+# the reason. RoCE pads a 2-byte reply with zeroes: a receive queue of 0.
+connect_fails "bad-accept:recfmt: accept of record format 1, connect fails cleanly" \
+	bad-accept:recfmt "queue 0: the target's accept is malformed: record format 1, not 0"
+connect_fails "bad-accept:crqsize@io: an I/O queue's accept too small, connect fails cleanly" \
+	bad-accept:crqsize@io \
+	"queue [1-9][0-9]*: the target's accept is malformed: a receive queue of [0-9]+ for a send queue of [0-9]+"
+connect_fails "bad-accept:short: 2 bytes of accept private data, connect fails cleanly" \
+	bad-accept:short \
+	"queue 0: the target's accept is malformed: (2 bytes of private data|a receive queue of 0 for)"
 
 # --- reconnect: the same faults when the target forces a reconnect ----------------------------------
 reconnect_fault "reconnect, reject:6: the host tries again, controller back" "reject:6" 0 \
@@ -360,6 +370,8 @@ reconnect_fault "reconnect, connect-drop: the Connect is aborted, the next attem
 	"queue 0: disconnected while connecting: aborting 1 command"
 reconnect_fault "reconnect, connect-inv: the Connect is aborted, the next attempt works" connect-inv 0 \
 	"queue 0: connection failed while connecting: aborting 1 command"
+reconnect_fault "reconnect, bad-accept:crqsize: the attempt fails, the next one works" \
+	bad-accept:crqsize 0 "queue 0: the target's accept is malformed: a receive queue of"
 reconnect_fault "reconnect, connect-error without DNR: retried, controller back" connect-error 0 \
 	"Connect command failed: controller is busy"
 reconnect_fault "reconnect, connect-error with DNR: no retry, controller deleted" connect-error-dnr 1 \

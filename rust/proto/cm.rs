@@ -89,7 +89,6 @@ fn two_fields(data: &[u8]) -> Option<(u16, u16)> {
     }
 }
 
-#[cfg(test)]
 /// Private data of the target's accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmReply {
@@ -99,13 +98,61 @@ pub struct CmReply {
     pub crqsize: u16,
 }
 
-#[cfg(test)]
+/// What is wrong with a target's accept (see [`CmReply::check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadAccept {
+    /// Fewer than the 4 bytes of a reply, this many.
+    Short(usize),
+    /// A record format other than [`NVME_RDMA_CM_FMT_1_0`].
+    RecFmt(u16),
+    /// A controller receive queue smaller than the host's send queue: commands past
+    /// `crqsize` would find no receive posted.
+    SmallQueue {
+        /// What the target offers.
+        crqsize: u16,
+        /// The host's send queue, HSQSIZE + 1.
+        needed: u32,
+    },
+}
+
+impl core::fmt::Display for BadAccept {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            BadAccept::Short(n) => write!(f, "{n} bytes of private data, not a reply"),
+            BadAccept::RecFmt(r) => write!(f, "record format {r}, not {NVME_RDMA_CM_FMT_1_0}"),
+            BadAccept::SmallQueue { crqsize, needed } => write!(
+                f,
+                "a receive queue of {crqsize} for a send queue of {needed}"
+            ),
+        }
+    }
+}
+
 impl CmReply {
     /// Decodes accept private data; `None` if shorter than 4 bytes. Bytes
     /// past the first 4 are reserved and ignored.
     pub fn decode(data: &[u8]) -> Option<Self> {
         let (recfmt, crqsize) = two_fields(data)?;
         Some(Self { recfmt, crqsize })
+    }
+
+    /// Checks the accept of the connect request `req`: a reply of record format 1.0 whose
+    /// controller receive queue holds the host's whole send queue (HSQSIZE + 1 commands), as
+    /// the transport binding has the controller size it. `data` is what the accept carried
+    /// (an InfiniBand or RoCE accept pads it with zeroes to its fixed size).
+    pub fn check(data: &[u8], req: &CmRequest) -> Result<Self, BadAccept> {
+        let reply = Self::decode(data).ok_or(BadAccept::Short(data.len()))?;
+        let needed = u32::from(req.hsqsize) + 1;
+        if reply.recfmt != NVME_RDMA_CM_FMT_1_0 {
+            Err(BadAccept::RecFmt(reply.recfmt))
+        } else if u32::from(reply.crqsize) < needed {
+            Err(BadAccept::SmallQueue {
+                crqsize: reply.crqsize,
+                needed,
+            })
+        } else {
+            Ok(reply)
+        }
     }
 }
 
@@ -195,6 +242,54 @@ mod tests {
                 recfmt: 1,
                 crqsize: 1024
             }
+        );
+    }
+
+    #[test]
+    fn reply_check() {
+        let req = CmRequest::new(1, 128, 1).unwrap();
+        // nvmet's accept: record format 0, a receive queue of HSQSIZE + 1.
+        let ok = CmReply::check(&[0, 0, 128, 0], &req).unwrap();
+        assert_eq!(ok.crqsize, 128);
+        // Larger is fine, and so are the zeroes an InfiniBand REP pads the reply with.
+        let mut rep = [0u8; 196];
+        rep[2..4].copy_from_slice(&1024u16.to_le_bytes());
+        assert_eq!(CmReply::check(&rep, &req).unwrap().crqsize, 1024);
+        assert_eq!(CmReply::check(&[], &req), Err(BadAccept::Short(0)));
+        assert_eq!(CmReply::check(&[0, 0], &req), Err(BadAccept::Short(2)));
+        assert_eq!(
+            CmReply::check(&[1, 0, 128, 0], &req),
+            Err(BadAccept::RecFmt(1))
+        );
+        assert_eq!(
+            CmReply::check(&[0, 0, 127, 0], &req),
+            Err(BadAccept::SmallQueue {
+                crqsize: 127,
+                needed: 128
+            })
+        );
+        // A short reply padded with zeroes: a receive queue of 0.
+        assert_eq!(
+            CmReply::check(&[0u8; 196], &req),
+            Err(BadAccept::SmallQueue {
+                crqsize: 0,
+                needed: 128
+            })
+        );
+        let max = CmRequest::new(1, u16::MAX, 1).unwrap();
+        assert!(CmReply::check(&[0, 0, 0xff, 0xff], &max).is_ok());
+        assert_eq!(
+            BadAccept::SmallQueue {
+                crqsize: 16,
+                needed: 32
+            }
+            .to_string(),
+            "a receive queue of 16 for a send queue of 32"
+        );
+        assert_eq!(BadAccept::RecFmt(3).to_string(), "record format 3, not 0");
+        assert_eq!(
+            BadAccept::Short(2).to_string(),
+            "2 bytes of private data, not a reply"
         );
     }
 

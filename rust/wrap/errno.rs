@@ -30,6 +30,8 @@ errnos! {
     ECONNREFUSED,
     /// Connection reset by peer.
     ECONNRESET,
+    /// Protocol error (a malformed accept).
+    EPROTO,
     /// Network is down.
     ENETDOWN,
     /// Required key not available (authentication without a key).

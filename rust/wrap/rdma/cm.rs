@@ -174,6 +174,28 @@ impl<'a> CmEvent<'a> {
         })
     }
 
+    /// The private data of the peer's accept, with an `ESTABLISHED` event of a connection
+    /// this side requested; `None` for any other event.
+    pub(crate) fn accepted(&self) -> Option<&'a [u8]> {
+        if self.kind() != CmEventKind::Established {
+            return None;
+        }
+        // SAFETY: the CM fills `param.conn` for a connection's `ESTABLISHED` (the union's
+        // `ud` member is for UD ids, which this module does not create).
+        let conn = unsafe { &self.ev.param.conn };
+        if conn.private_data.is_null() {
+            return Some(&[]);
+        }
+        // SAFETY: the CM passes `private_data_len` bytes of private data that live as long as
+        // the event.
+        Some(unsafe {
+            core::slice::from_raw_parts(
+                conn.private_data.cast::<u8>(),
+                conn.private_data_len.into(),
+            )
+        })
+    }
+
     /// The device the id is bound to, if it is.
     pub(crate) fn device(&self) -> Option<&'a Device> {
         // SAFETY: a valid id; `device` is set once the id is bound and does not change while

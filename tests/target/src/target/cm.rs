@@ -153,7 +153,23 @@ impl Target {
         }
         match self.new_queue(id, &req, peer.clone()) {
             Ok(token) => {
-                let reply = cm_reply(depth as u16);
+                let mut reply = cm_reply(depth as u16).to_vec();
+                if let Mode::BadAccept { lie, io: on_io } = self.hostile.mode {
+                    if self.connect_mode_active() && on_io == io {
+                        self.hostile.done = true;
+                        match lie {
+                            AcceptLie::RecFmt => reply[0] = 1,
+                            AcceptLie::Crqsize => reply = cm_reply((depth / 2) as u16).to_vec(),
+                            AcceptLie::Short => reply.truncate(2),
+                        }
+                        say!(
+                            "hostile {}: accepted the CM connect of qid {} from {peer} with private data {:02x?}",
+                            self.hostile.mode.name(),
+                            req.qid,
+                            reply
+                        );
+                    }
+                }
                 let init = ev.initiator_depth.min(self.dev.max_init_rd_atom).min(255) as u8;
                 let resp = ev.responder_resources.min(self.dev.max_rd_atom).min(255) as u8;
                 // SAFETY: the id of the new queue, with its QP.

@@ -14,6 +14,7 @@ pub enum Mode {
     ConnectInv { io: bool },
     ConnectError { dnr: bool, io: bool },
     ConnectRefused { subsys: bool, io: bool },
+    BadAccept { lie: AcceptLie, io: bool },
     BadCid,
     DupCqe,
     ShortRecv(u32),
@@ -31,6 +32,27 @@ pub enum Mode {
     LongRsp(u32),
     QpError,
     AenFlood(u32),
+}
+
+/// How `bad-accept` malforms the accept's private data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcceptLie {
+    /// Record format 1.
+    RecFmt,
+    /// A controller receive queue of half the host's send queue.
+    Crqsize,
+    /// Two bytes (an InfiniBand or RoCE accept pads them with zeroes).
+    Short,
+}
+
+impl AcceptLie {
+    fn name(self) -> &'static str {
+        match self {
+            AcceptLie::RecFmt => "recfmt",
+            AcceptLie::Crqsize => "crqsize",
+            AcceptLie::Short => "short",
+        }
+    }
 }
 
 impl Mode {
@@ -56,6 +78,15 @@ impl Mode {
             ("connect-error-dnr", None) => Mode::ConnectError { dnr: true, io },
             ("connect-host-denied", None) => Mode::ConnectRefused { subsys: false, io },
             ("connect-no-subsys", None) => Mode::ConnectRefused { subsys: true, io },
+            ("bad-accept", Some(lie)) => Mode::BadAccept {
+                lie: match lie {
+                    "recfmt" => AcceptLie::RecFmt,
+                    "crqsize" => AcceptLie::Crqsize,
+                    "short" => AcceptLie::Short,
+                    _ => return None,
+                },
+                io,
+            },
             ("bad-cid", None) => Mode::BadCid,
             ("dup-cqe", None) => Mode::DupCqe,
             ("short-recv", None) => Mode::ShortRecv(8),
@@ -100,6 +131,7 @@ impl Mode {
                 | Mode::ConnectInv { .. }
                 | Mode::ConnectError { .. }
                 | Mode::ConnectRefused { .. }
+                | Mode::BadAccept { .. }
         )
     }
 
@@ -116,6 +148,7 @@ impl Mode {
             Mode::ConnectError { dnr: true, io } => format!("connect-error-dnr{}", at(io)),
             Mode::ConnectRefused { subsys: false, io } => format!("connect-host-denied{}", at(io)),
             Mode::ConnectRefused { subsys: true, io } => format!("connect-no-subsys{}", at(io)),
+            Mode::BadAccept { lie, io } => format!("bad-accept:{}{}", lie.name(), at(io)),
             Mode::BadCid => "bad-cid".into(),
             Mode::DupCqe => "dup-cqe".into(),
             Mode::ShortRecv(_) => "short-recv".into(),

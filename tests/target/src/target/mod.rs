@@ -31,7 +31,7 @@ mod config;
 mod fabrics;
 mod io;
 
-pub use config::{Config, Mode};
+pub use config::{AcceptLie, Config, Mode};
 
 /// Admin queue depth the host may ask for (NVME_AQ_DEPTH).
 const ADMIN_DEPTH: u32 = 32;
