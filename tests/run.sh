@@ -62,7 +62,7 @@ phase() {
 # What the guest's tests read from the environment besides selection and timeouts: the counts
 # of 03 and 05, 06-hostile's case selection.
 guest_knobs=(RSRDMA_PROVIDER RSRDMA_CONNECT_CYCLES RSRDMA_FLAPS RSRDMA_REMOVALS
-	RSRDMA_PORT_CYCLES RSRDMA_RELOADS RSRDMA_HOSTILE_CASES)
+	RSRDMA_PORT_CYCLES RSRDMA_RELOADS RSRDMA_HOSTILE_CASES RSRDMA_FS_FLAPS)
 
 mapfile -t guest_tests < <(suite_select)
 # The guest's budget: booting (slower on the debug kernel, like every test) and the tests.
