@@ -316,6 +316,17 @@ static bool rsrdma_ib_cpu_reach(struct ib_device *dev)
 	return ib_uses_virt_dma(dev) && dev->ops.driver_id == RDMA_DRIVER_RXE;
 }
 
+/*
+ * Whether one MR of @dev is limited in scatterlist entries rather than in pages: siw keeps one
+ * PBL entry per (merged) entry of the list it maps, whatever its length, and checks
+ * ib_alloc_mr()'s max_num_sg and its max_fast_reg_page_list_len against those entries; its
+ * set_page callback records nothing (siw_alloc_mr(), siw_map_mr_sg()).
+ */
+bool rsrdma_ib_mr_limit_in_entries(struct ib_device *dev)
+{
+	return dev->ops.driver_id == RDMA_DRIVER_SIW;
+}
+
 /* Whether @dev may be given peer memory at all (see rsrdma_p2p_reach() for one provider's). */
 bool rsrdma_ib_p2p_capable(struct ib_device *dev)
 {

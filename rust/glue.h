@@ -71,6 +71,7 @@ struct pci_dev *rsrdma_pci_next(struct pci_dev *from);
 struct pci_dev *rsrdma_pci_dev_get(struct pci_dev *pdev);
 void rsrdma_pci_dev_put(struct pci_dev *pdev);
 bool rsrdma_ib_p2p_capable(struct ib_device *dev);
+bool rsrdma_ib_mr_limit_in_entries(struct ib_device *dev);
 const char *rsrdma_pci_name(struct pci_dev *pdev);
 struct dev_pagemap *rsrdma_p2p_get(struct pci_dev *pdev, unsigned long *pfn, unsigned long *nr);
 void rsrdma_p2p_put(struct dev_pagemap *pgmap);

@@ -365,15 +365,17 @@ pub(crate) fn map_chunks(
         return Err(EINVAL);
     };
     let nr_pages = size.checked_div(page_size).ok_or(EINVAL)?;
-    if nr_pages > u64::from(dev.max_fast_reg_page_list_len()) {
+    let slots = dev.mr_slots(nr_pages, maps.addrs().count() as u64);
+    if slots > u64::from(dev.max_fast_reg_page_list_len()) {
         log_err!(
             Prefix::NONE,
-            "{}: {} MiB in {} KiB pages exceeds the {} pages one MR of {} can map",
+            "{}: {} MiB in {} KiB pages needs {} entries of an MR, one MR of {} has {}",
             what,
             size >> 20,
             page_size >> 10,
-            dev.max_fast_reg_page_list_len(),
-            dev.name()
+            slots,
+            dev.name(),
+            dev.max_fast_reg_page_list_len()
         );
         return Err(EINVAL);
     }

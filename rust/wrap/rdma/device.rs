@@ -78,6 +78,18 @@ impl Device {
         self.attrs().max_fast_reg_page_list_len
     }
 
+    /// What an MR of this device needs of its [`Self::max_fast_reg_page_list_len`] to map
+    /// `pages` pages given as `entries` scatterlist entries: the pages, or on siw, which keeps
+    /// an entry per scatterlist entry whatever its length, the entries.
+    pub(crate) fn mr_slots(&self, pages: u64, entries: u64) -> u64 {
+        // SAFETY: registered (type invariant); the call only reads the device's ops.
+        if unsafe { bindings::rsrdma_ib_mr_limit_in_entries(self.as_ptr()) } {
+            entries
+        } else {
+            pages
+        }
+    }
+
     /// The most gather elements a send work request may have on this device.
     pub(crate) fn max_send_sge(&self) -> u32 {
         self.attrs().max_send_sge.max(0) as u32

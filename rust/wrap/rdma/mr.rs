@@ -132,10 +132,11 @@ unsafe impl Sync for MemoryRegion {}
 impl MemoryRegion {
     /// Allocates an MR on `pd` able to map `maps` in pages of `page_size` bytes, maps them into
     /// it, and moves the key to a fresh value (so that a registration never reuses the previous
-    /// RKEY). `EINVAL` if the device cannot map that many pages in one MR.
+    /// RKEY). `EINVAL` if the device cannot map that many pages (or, on siw, pieces) in one
+    /// MR.
     pub(crate) fn new(pd: &Arc<Pd>, maps: ChunkMaps, page_size: u64) -> Result<Self> {
-        let len = maps.set().len();
-        let region = Self::alloc(pd, Backing::Chunks(maps), len, page_size)?;
+        let (len, entries) = (maps.set().len(), maps.addrs().count() as u64);
+        let region = Self::alloc(pd, Backing::Chunks(maps), len, page_size, entries)?;
         region.map_pieces(page_size as u32)?;
         Ok(region)
     }
@@ -144,21 +145,28 @@ impl MemoryRegion {
     pub(crate) fn new_peer(pd: &Arc<Pd>, map: PeerMap) -> Result<Self> {
         let (len, page_size) = (map.mem().len(), map.piece());
         let (sgl, n) = map.sg();
-        let region = Self::alloc(pd, Backing::Peer { _map: map }, len, page_size)?;
+        let region = Self::alloc(pd, Backing::Peer { _map: map }, len, page_size, n.into())?;
         // SAFETY: the table `map` mapped for the PD's device, held by the region.
         unsafe { region.map_sg(sgl, n, page_size as u32) }?;
         Ok(region)
     }
 
-    /// Allocates an MR on `pd` for `len` bytes of `backing` in pages of `page_size` bytes, and
-    /// moves its key to a fresh value; its pages are still to be set.
-    fn alloc(pd: &Arc<Pd>, backing: Backing, len: u64, page_size: u64) -> Result<Self> {
+    /// Allocates an MR on `pd` for `len` bytes of `backing` in pages of `page_size` bytes, to
+    /// be given as `entries` scatterlist entries, and moves its key to a fresh value; its pages
+    /// are still to be set.
+    fn alloc(
+        pd: &Arc<Pd>,
+        backing: Backing,
+        len: u64,
+        page_size: u64,
+        entries: u64,
+    ) -> Result<Self> {
         let dev = pd.device();
         if page_size == 0 || page_size > u64::from(u32::MAX) || len % page_size != 0 {
             return Err(EINVAL);
         }
-        let nr_pages = len / page_size;
-        if nr_pages > u64::from(dev.max_fast_reg_page_list_len()) {
+        let slots = dev.mr_slots(len / page_size, entries);
+        if slots > u64::from(dev.max_fast_reg_page_list_len()) {
             return Err(EINVAL);
         }
         // SAFETY: an owned PD.
@@ -166,7 +174,7 @@ impl MemoryRegion {
             bindings::ib_alloc_mr(
                 pd.as_ptr(),
                 bindings::ib_mr_type_IB_MR_TYPE_MEM_REG,
-                nr_pages as u32,
+                slots as u32,
             )
         })?;
         // INVARIANT: allocated on `pd`; its pages are set by the caller (or it is dropped).

@@ -1,0 +1,1 @@
+03-connect.sh

@@ -1,0 +1,1 @@
+05-link-loss.sh
