@@ -35,9 +35,10 @@ stop_workers() {
 }
 
 cleanup() {
+	# The link first: workers stopped in the middle of a flap wait for it.
+	ip link set "$RDMA_NETDEV" up 2>/dev/null
 	stop_workers
 	probe_stop
-	ip link set "$RDMA_NETDEV" up 2>/dev/null
 	mountpoint -q "$MNT" && umount "$MNT"
 	rm -rf "$MNT" "$WORK"
 	teardown_all
@@ -123,19 +124,34 @@ fsck_cmd() { # FS DEV: the checker, repairing nothing; status 0 only for a clean
 	esac
 }
 
-# fs_problems MARK: the file systems' and the block layer's error reports since MARK.
+# fs_problems MARK: the file systems' and the block layer's error reports since MARK. Not a
+# readahead's (REQ_RAHEAD, bit 19 of the request's flags): a readahead is failfast, so the NVMe
+# core neither retries it nor fails it over when the outage aborts it (the host-aborted status
+# is logged), and the page cache reads the data again when it is wanted. Nothing is lost.
 fs_problems() {
-	dmesg_after "$1" | grep -E 'EXT4-fs (error|warning)|XFS \(.*\): (.*[Cc]orrupt|.*error|Metadata)|I/O error|Buffer I/O'
+	local line
+	dmesg_after "$1" |
+		grep -E 'EXT4-fs (error|warning)|XFS \(.*\): (.*[Cc]orrupt|.*error|Metadata)|I/O error|Buffer I/O' |
+		while IFS= read -r line; do
+			if [[ $line =~ I/O\ error,\ dev\ .*\ flags\ (0x[0-9a-f]+) ]] &&
+				((BASH_REMATCH[1] & 0x80000)); then
+				continue
+			fi
+			printf '%s\n' "$line"
+		done
 }
 
 # fs_round FS: one file system's six cases.
 fs_round() {
-	local fs=$1 mark n runs failed ops ok keep p out
+	local fs=$1 mark n runs failed ops ok meta_ok keep p out fsx_pids meta_pid
 	mark=$(kmsg_mark)
 	rm -rf "$WORK" && mkdir -p "$WORK" "$MNT" && fsx_config
 	if ! out=$(mkfs_cmd "$fs" "$dev" 2>&1 && mount -t "$fs" "$dev" "$MNT" 2>&1); then
 		ktap_diag "$out"
 		ktap_test_fail "$fs: mkfs and mount on $dev"
+		for n in "flaps under load" fsx stress-ng checker "read-back"; do
+			ktap_test_skip "$fs: $n (no file system)"
+		done
 		return
 	fi
 	ktap_test_pass "$fs: mkfs and mount on $dev"
@@ -149,25 +165,26 @@ fs_round() {
 	(cd "$keep" && sha256sum f*) >"$WORK/keep.sha256"
 	sync
 
-	WORKERS=
 	fsx_worker 1 &
-	WORKERS+=" $!"
+	fsx_pids=$!
 	fsx_worker 2 &
-	WORKERS+=" $!"
+	fsx_pids+=" $!"
 	meta_worker &
-	WORKERS+=" $!"
+	meta_pid=$!
 	cache_dropper &
-	WORKERS+=" $!"
+	WORKERS="$fsx_pids $meta_pid $!"
 	sleep 3
 	probe_start "$dev"
 	series "$fs: netdev flaps" flap "$FS_FLAPS" "ip link set $RDMA_NETDEV down" 1-3 \
 		"ip link set $RDMA_NETDEV up" \
 		"$fs: $FS_FLAPS netdev flaps under fsx and stress-ng: every one recovered"
 	probe_stop
-	ok=1
-	for p in $WORKERS; do
+	# Each worker must still be running after the last flap.
+	ok=1 meta_ok=1
+	for p in $fsx_pids; do
 		kill -0 "$p" 2>/dev/null || ok=0
 	done
+	kill -0 "$meta_pid" 2>/dev/null || meta_ok=0
 	stop_workers
 
 	runs=$(cat "$WORK"/fsx-*.runs 2>/dev/null | grep -c ' ok$')
@@ -183,20 +200,21 @@ fs_round() {
 	if ((ok && runs >= 2 && failed == 0)); then
 		ktap_test_pass "$fs: fsx ran through every flap, $runs runs, every read checked"
 	else
-		((ok)) || ktap_diag "a worker had stopped before the last flap, or did no run"
+		((ok)) || ktap_diag "an fsx worker had stopped before the last flap, or did no run"
 		ktap_test_fail "$fs: fsx ran through every flap, $runs runs, every read checked"
 	fi
 	runs=$(grep -c '^ok' "$WORK/meta.runs" 2>/dev/null)
 	ops=$(awk '$1 == "ok" { n += $2 } END { print n + 0 }' "$WORK/meta.runs" 2>/dev/null)
 	ktap_diag "stress-ng: $runs runs, $ops bogo operations"
-	if ((ok && runs >= 1 && ops > 0)) && ! grep -q FAILED "$WORK/meta.runs"; then
+	if ((meta_ok && runs >= 1 && ops > 0)) && ! grep -q FAILED "$WORK/meta.runs"; then
 		ktap_test_pass "$fs: stress-ng metadata stressors ran through every flap without a failure"
 	else
+		((meta_ok)) || ktap_diag "stress-ng had stopped before the last flap"
 		grep -E 'fail|error' "$WORK/meta.out" 2>/dev/null | head -n 10 | ktap_diag
 		ktap_test_fail "$fs: stress-ng metadata stressors ran through every flap without a failure"
 	fi
 
-	if out=$(umount "$MNT" 2>&1 && fsck_cmd "$fs" "$dev" 2>&1) && ! fs_problems "$mark" >/dev/null; then
+	if out=$(umount "$MNT" 2>&1 && fsck_cmd "$fs" "$dev" 2>&1) && [ -z "$(fs_problems "$mark")" ]; then
 		tail -n 2 <<<"$out" | ktap_diag
 		ktap_test_pass "$fs: unmounted, its checker finds it clean, no error in the kernel log"
 	else
@@ -205,6 +223,7 @@ fs_round() {
 		ktap_test_fail "$fs: unmounted, its checker finds it clean, no error in the kernel log"
 	fi
 
+	out=
 	if mount -t "$fs" "$dev" "$MNT" &&
 		out=$(cd "$keep" && sha256sum -c --quiet "$WORK/keep.sha256" 2>&1) &&
 		n=$(wc -l <"$WORK/keep.sha256") && ((n == KEEP_FILES)); then

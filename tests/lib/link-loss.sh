@@ -67,7 +67,7 @@ probe_start() {
 probe_stop() {
 	[ -n "${PROBE_PID:-}" ] && kill "$PROBE_PID" 2>/dev/null && wait "$PROBE_PID" 2>/dev/null
 	PROBE_PID=
-	rm -f "$PROBE_LOG"
+	rm -f "${PROBE_LOG:-}"
 }
 
 probe_first_after() {
