@@ -317,10 +317,10 @@ static bool rsrdma_ib_cpu_reach(struct ib_device *dev)
 }
 
 /*
- * Whether one MR of @dev is limited in scatterlist entries rather than in pages: siw keeps one
- * PBL entry per (merged) entry of the list it maps, whatever its length, and checks
- * ib_alloc_mr()'s max_num_sg and its max_fast_reg_page_list_len against those entries; its
- * set_page callback records nothing (siw_alloc_mr(), siw_map_mr_sg()).
+ * Whether one MR of @dev is limited in scatterlist entries rather than in pages: siw checks
+ * ib_alloc_mr()'s max_num_sg and the number of entries of the list it maps against its
+ * max_fast_reg_page_list_len, keeps one PBL entry per entry (merging adjacent ones) whatever
+ * its length, and its set_page callback records nothing (siw_alloc_mr(), siw_map_mr_sg()).
  */
 bool rsrdma_ib_mr_limit_in_entries(struct ib_device *dev)
 {
