@@ -112,8 +112,9 @@ pub(crate) struct Conn {
     /// the next signaled completion (fewer than that) fit beside the depth's own in the send
     /// queue. A power of two keeps the pattern across the wrap of the send counter.
     signal_mask: u32,
-    /// The receives posted: commands sent on this connection and not answered (its own and
-    /// those spread to it) stay below this.
+    /// Commands sent on an I/O queue's connection and not answered (its own and those spread
+    /// to it) stay within this: the receives posted for their responses, or the target's
+    /// receive queue if that is shallower (the accept's CRQSIZE).
     credits: u32,
     /// Credits held by commands of other queues (see [`Conn::lend_credit`]).
     lent: AtomicU32,
@@ -430,7 +431,7 @@ impl Queue {
         self.wait_cm_step(ctrl, CmEventKind::Established, CM_CONNECT_TIMEOUT_MS)?;
         let head = self.accept_head.load(Ordering::Relaxed);
         let bytes = (head as u32).to_le_bytes();
-        let reply = CmReply::check(&bytes[..(head >> 32).min(4) as usize], &req).map_err(|e| {
+        let reply = CmReply::check(&bytes[..(head >> 32).min(4) as usize]).map_err(|e| {
             log_err!(
                 nvme,
                 "queue {}: the target's accept is malformed: {}",
@@ -439,13 +440,35 @@ impl Queue {
             );
             errno::EPROTO()
         })?;
-        dbg_event!(
-            Cm,
-            nvme,
-            "queue {}: accepted, controller receive queue {}",
-            self.qid,
-            reply.crqsize
-        );
+        let credits = reply.credits(&req);
+        if credits < depth && self.qid == 0 {
+            // The admin queue's commands are few and not counted (the core bounds them by its
+            // tags, the event request aside): one past the target's receive queue waits in
+            // the receiver-not-ready retries the connect asked to be unlimited.
+            log_info!(
+                nvme,
+                "queue 0: the target receives {} commands at a time, of the admin queue's {}",
+                reply.crqsize,
+                depth
+            );
+        } else if credits < depth {
+            log_info!(
+                nvme,
+                "queue {}: the target receives {} commands at a time: at most {} of {} in flight",
+                self.qid,
+                reply.crqsize,
+                credits,
+                depth
+            );
+        } else {
+            dbg_event!(
+                Cm,
+                nvme,
+                "queue {}: accepted, controller receive queue {}",
+                self.qid,
+                reply.crqsize
+            );
+        }
 
         let data_sges = qp.data_sges();
         let conn = KBox::new(
@@ -453,7 +476,7 @@ impl Queue {
                 qp,
                 inline_capsule,
                 signal_mask: prev_power_of_two(depth.clamp(1, SIGNAL_EVERY)) - 1,
-                credits: depth,
+                credits,
                 lent: AtomicU32::new(0),
             },
             GFP_KERNEL,

@@ -348,16 +348,81 @@ connect_fails "connect-host-denied: host not allowed, a first connect fails clea
 connect_fails "connect-no-subsys: subsystem not found, a first connect fails cleanly" \
 	connect-no-subsys "Connect Invalid Data Parameter, subsysnqn"
 # The accept's private data is checked (the C nvme-rdma does not read it): a record format other
-# than 0, or a controller receive queue smaller than the host's send queue, ends the connect with
-# the reason. RoCE pads a 2-byte reply with zeroes: a receive queue of 0.
+# than 0, or no controller receive queue, ends the connect with the reason. RoCE pads a 2-byte
+# reply with zeroes: a receive queue of 0.
 connect_fails "bad-accept:recfmt: accept of record format 1, connect fails cleanly" \
 	bad-accept:recfmt "queue 0: the target's accept is malformed: record format 1, not 0"
-connect_fails "bad-accept:crqsize@io: an I/O queue's accept too small, connect fails cleanly" \
-	bad-accept:crqsize@io \
-	"queue [1-9][0-9]*: the target's accept is malformed: a receive queue of [0-9]+ for a send queue of [0-9]+"
 connect_fails "bad-accept:short: 2 bytes of accept private data, connect fails cleanly" \
 	bad-accept:short \
-	"queue 0: the target's accept is malformed: (2 bytes of private data|a receive queue of 0 for)"
+	"queue 0: the target's accept is malformed: (2 bytes of private data|a receive queue of 0)"
+
+# shallow_accept NAME MODE first|reconnect: the target accepts a queue with a receive queue
+# (CRQSIZE) of half the host's send queue, as SPDK does when its own depth is smaller: the
+# connect (or the reconnect) succeeds and says so, and the host keeps no more commands in flight
+# on that queue than the target receives. For an I/O queue, two fio jobs (one per CPU, so that
+# each default queue has 128 in flight) write 32 KiB blocks at QD128 and verify them (keyed, from
+# the pool's shared area, which holds all 256; 128 KiB blocks would exhaust it first); the
+# target's queue must never have had more commands outstanding than its receive queue, and at
+# least 7/8 of it at its peak (so that a host that did not hold back would have gone past it).
+shallow_accept() {
+	local name=$1 mode=$2 when=$3 dev ctrl re line qid peak past crq=16 hex=10
+	[[ $mode != *@io ]] || crq=64 hex=40
+	selected "$name" || return 0
+	case_begin
+	if [ "$when" = reconnect ]; then
+		set -- --after-reconnect --arm signal
+	else
+		set --
+	fi
+	if hostile_start --mode "$mode" "$@" &&
+		hconnect --reconnect-delay=1 --ctrl-loss-tmo=30 | ktap_diag && dev=$(hdev) &&
+		ctrl=$(hostile_ctrl) && { [ "$when" = first ] || hostile_arm; }; then
+		if [ "$when" = reconnect ]; then
+			expect "a 4 MiB write succeeds" write_pattern "$dev" 8 4
+			expect "the target closed the association" hostile_wait 10 "^hostile $mode: closing"
+			expect "the controller reconnected" wait_for 60 dmesg_has "Successfully reconnected"
+			expect "the controller is live again" wait_for 30 in_state "$ctrl" live
+			expect "the data reads back intact" read_check "$dev" 8 4
+		fi
+		expect "the target accepted a queue with a receive queue of $crq" \
+			hostile_wait 30 "^hostile $mode: accepted the CM connect of qid [0-9]+ .*\[00, 00, $hex, 00[],]"
+		if [[ $mode == *@io ]]; then
+			re="queue [1-9][0-9]*: the target receives 64 commands at a time: at most 64 of 128 in flight"
+		else
+			re="queue 0: the target receives 16 commands at a time, of the admin queue's 32"
+		fi
+		expect "dmesg says so (/$re/)" wait_for 30 dmesg_has "$re"
+		expect "no connect attempt failed" not dmesg_has "accept is malformed|failed to connect"
+		if [[ $mode == *@io ]]; then
+			expect "fio 32 KiB writes at QD128 from both CPUs, verified" fio_verify "$dev" \
+				--size=32m --bs=32k --iodepth=128 --numjobs=2 --cpus_allowed=0-1 \
+				--cpus_allowed_policy=split
+		else
+			expect "fio verify 4 KiB, QD16" fio_verify "$dev" --size=16m
+		fi
+		hdisconnect || BAD+=("the controller does not go away")
+		if [[ $mode == *@io ]]; then
+			hostile_wait 10 "^hostile $mode: qid [0-9]+ closed:"
+			line=$(grep -E "^hostile $mode: qid [0-9]+ closed:" "$HOSTILE_LOG" | tail -n 1)
+			ktap_diag "target: ${line:-no report of the shallow queue}"
+			qid=$(sed -nE 's/.* qid ([0-9]+) closed.*/\1/p' <<<"$line")
+			peak=$(sed -nE 's/.* at most ([0-9]+) commands outstanding of the 64 of its accept.*/\1/p' <<<"$line")
+			past=$(sed -nE 's/.* of its accept, ([0-9]+) past it.*/\1/p' <<<"$line")
+			expect "the target's queue ${qid:-?} never had more than 64 commands outstanding (${peak:-?}, ${past:-?} arrived past it)" \
+				test -n "$peak" -a "${past:-1}" = 0 -a "${peak:-65}" -le 64
+			# The target counts what it received and has not answered: responses on their
+			# way back to the host hold some of the host's 64 at any time.
+			expect "and at least 56 at its peak (${peak:-?}): the load pressed against it" \
+				test "${peak:-0}" -ge 56
+		fi
+		expect "then a fresh connect moves verified data" fresh_verify
+	else
+		BAD+=("set-up failed (target, connect or arming)")
+	fi
+	case_end "$name"
+}
+shallow_accept "bad-accept:crqsize@io: an I/O queue's receive queue of half the depth, kept within" \
+	bad-accept:crqsize@io first
 
 # --- reconnect: the same faults when the target forces a reconnect ----------------------------------
 reconnect_fault "reconnect, reject:6: the host tries again, controller back" "reject:6" 0 \
@@ -370,8 +435,8 @@ reconnect_fault "reconnect, connect-drop: the Connect is aborted, the next attem
 	"queue 0: disconnected while connecting: aborting 1 command"
 reconnect_fault "reconnect, connect-inv: the Connect is aborted, the next attempt works" connect-inv 0 \
 	"queue 0: connection failed while connecting: aborting 1 command"
-reconnect_fault "reconnect, bad-accept:crqsize: the attempt fails, the next one works" \
-	bad-accept:crqsize 0 "queue 0: the target's accept is malformed: a receive queue of"
+shallow_accept "reconnect, bad-accept:crqsize: a shallower admin receive queue, controller back" \
+	bad-accept:crqsize reconnect
 reconnect_fault "reconnect, connect-error without DNR: retried, controller back" connect-error 0 \
 	"Connect command failed: controller is busy"
 reconnect_fault "reconnect, connect-error with DNR: no retry, controller deleted" connect-error-dnr 1 \

@@ -105,14 +105,8 @@ pub enum BadAccept {
     Short(usize),
     /// A record format other than [`NVME_RDMA_CM_FMT_1_0`].
     RecFmt(u16),
-    /// A controller receive queue smaller than the host's send queue: commands past
-    /// `crqsize` would find no receive posted.
-    SmallQueue {
-        /// What the target offers.
-        crqsize: u16,
-        /// The host's send queue, HSQSIZE + 1.
-        needed: u32,
-    },
+    /// A controller receive queue of no entry: no command could ever be received.
+    NoQueue,
 }
 
 impl core::fmt::Display for BadAccept {
@@ -120,10 +114,7 @@ impl core::fmt::Display for BadAccept {
         match *self {
             BadAccept::Short(n) => write!(f, "{n} bytes of private data, not a reply"),
             BadAccept::RecFmt(r) => write!(f, "record format {r}, not {NVME_RDMA_CM_FMT_1_0}"),
-            BadAccept::SmallQueue { crqsize, needed } => write!(
-                f,
-                "a receive queue of {crqsize} for a send queue of {needed}"
-            ),
+            BadAccept::NoQueue => write!(f, "a receive queue of 0"),
         }
     }
 }
@@ -136,23 +127,28 @@ impl CmReply {
         Some(Self { recfmt, crqsize })
     }
 
-    /// Checks the accept of the connect request `req`: a reply of record format 1.0 whose
-    /// controller receive queue holds the host's whole send queue (HSQSIZE + 1 commands), as
-    /// the transport binding has the controller size it. `data` is what the accept carried
-    /// (an InfiniBand or RoCE accept pads it with zeroes to its fixed size).
-    pub fn check(data: &[u8], req: &CmRequest) -> Result<Self, BadAccept> {
+    /// Checks the accept of a connect request: a reply of record format 1.0 with a controller
+    /// receive queue of at least one entry. `data` is what the accept carried (an InfiniBand
+    /// or RoCE accept pads it with zeroes to its fixed size). A receive queue shallower than
+    /// the host's send queue is not an error: targets size it to what they can take (SPDK
+    /// answers the smaller of its own depth and the host's, older SPDK one less), and the
+    /// host keeps that many commands in flight at most (see [`CmReply::credits`]).
+    pub fn check(data: &[u8]) -> Result<Self, BadAccept> {
         let reply = Self::decode(data).ok_or(BadAccept::Short(data.len()))?;
-        let needed = u32::from(req.hsqsize) + 1;
         if reply.recfmt != NVME_RDMA_CM_FMT_1_0 {
             Err(BadAccept::RecFmt(reply.recfmt))
-        } else if u32::from(reply.crqsize) < needed {
-            Err(BadAccept::SmallQueue {
-                crqsize: reply.crqsize,
-                needed,
-            })
+        } else if reply.crqsize == 0 {
+            Err(BadAccept::NoQueue)
         } else {
             Ok(reply)
         }
+    }
+
+    /// How many commands of the connect request `req` may be in flight at once: the host's
+    /// send queue (HSQSIZE + 1), or the controller's receive queue if that is shallower (a
+    /// command past it would find no receive posted and wait out receiver-not-ready retries).
+    pub fn credits(&self, req: &CmRequest) -> u32 {
+        (u32::from(req.hsqsize) + 1).min(u32::from(self.crqsize))
     }
 }
 
@@ -249,43 +245,25 @@ mod tests {
     fn reply_check() {
         let req = CmRequest::new(1, 128, 1).unwrap();
         // nvmet's accept: record format 0, a receive queue of HSQSIZE + 1.
-        let ok = CmReply::check(&[0, 0, 128, 0], &req).unwrap();
-        assert_eq!(ok.crqsize, 128);
+        let ok = CmReply::check(&[0, 0, 128, 0]).unwrap();
+        assert_eq!((ok.crqsize, ok.credits(&req)), (128, 128));
         // Larger is fine, and so are the zeroes an InfiniBand REP pads the reply with.
         let mut rep = [0u8; 196];
         rep[2..4].copy_from_slice(&1024u16.to_le_bytes());
-        assert_eq!(CmReply::check(&rep, &req).unwrap().crqsize, 1024);
-        assert_eq!(CmReply::check(&[], &req), Err(BadAccept::Short(0)));
-        assert_eq!(CmReply::check(&[0, 0], &req), Err(BadAccept::Short(2)));
-        assert_eq!(
-            CmReply::check(&[1, 0, 128, 0], &req),
-            Err(BadAccept::RecFmt(1))
-        );
-        assert_eq!(
-            CmReply::check(&[0, 0, 127, 0], &req),
-            Err(BadAccept::SmallQueue {
-                crqsize: 127,
-                needed: 128
-            })
-        );
+        let big = CmReply::check(&rep).unwrap();
+        assert_eq!((big.crqsize, big.credits(&req)), (1024, 128));
+        // Shallower: SPDK's own depth, or older SPDK's HSQSIZE; the host sends fewer.
+        assert_eq!(CmReply::check(&[0, 0, 127, 0]).unwrap().credits(&req), 127);
+        assert_eq!(CmReply::check(&[0, 0, 1, 0]).unwrap().credits(&req), 1);
+        assert_eq!(CmReply::check(&[]), Err(BadAccept::Short(0)));
+        assert_eq!(CmReply::check(&[0, 0]), Err(BadAccept::Short(2)));
+        assert_eq!(CmReply::check(&[1, 0, 128, 0]), Err(BadAccept::RecFmt(1)));
         // A short reply padded with zeroes: a receive queue of 0.
-        assert_eq!(
-            CmReply::check(&[0u8; 196], &req),
-            Err(BadAccept::SmallQueue {
-                crqsize: 0,
-                needed: 128
-            })
-        );
+        assert_eq!(CmReply::check(&[0u8; 196]), Err(BadAccept::NoQueue));
         let max = CmRequest::new(1, u16::MAX, 1).unwrap();
-        assert!(CmReply::check(&[0, 0, 0xff, 0xff], &max).is_ok());
-        assert_eq!(
-            BadAccept::SmallQueue {
-                crqsize: 16,
-                needed: 32
-            }
-            .to_string(),
-            "a receive queue of 16 for a send queue of 32"
-        );
+        let all = CmReply::check(&[0, 0, 0xff, 0xff]).unwrap();
+        assert_eq!(all.credits(&max), u32::from(u16::MAX));
+        assert_eq!(BadAccept::NoQueue.to_string(), "a receive queue of 0");
         assert_eq!(BadAccept::RecFmt(3).to_string(), "record format 3, not 0");
         assert_eq!(
             BadAccept::Short(2).to_string(),

@@ -61,9 +61,11 @@ Modes:
                            for a host not (yet) allowed on the subsystem
   connect-no-subsys[@io]   fail the Connect with 'invalid parameter' (0x182), naming the
                            subsystem NQN, and DNR, as nvmet does for an unknown subsystem
-  bad-accept:LIE[@io]      accept the CM connect with malformed private data: LIE recfmt
+  bad-accept:LIE[@io]      accept the CM connect with unusual private data: LIE recfmt
                            (record format 1), crqsize (a receive queue of half the host's
-                           send queue) or short (2 bytes, which RoCE pads with zeroes)
+                           send queue; the queue reports the most commands outstanding at
+                           once when it closes) or short (2 bytes, which RoCE pads with
+                           zeroes)
   bad-cid                  answer an I/O command with a wrong command_id (generation bits)
   dup-cqe                  send the completion of an I/O command twice
   short-recv[:N]           send only N (8) bytes as the response of an I/O command

@@ -159,7 +159,13 @@ impl Target {
                         self.hostile.done = true;
                         match lie {
                             AcceptLie::RecFmt => reply[0] = 1,
-                            AcceptLie::Crqsize => reply = cm_reply((depth / 2) as u16).to_vec(),
+                            AcceptLie::Crqsize => {
+                                let crq = (depth / 2).max(1);
+                                if let Some(q) = self.queues.get_mut(&token) {
+                                    q.crq = crq;
+                                }
+                                reply = cm_reply(crq as u16).to_vec();
+                            }
                             AcceptLie::Short => reply.truncate(2),
                         }
                         say!(
@@ -269,6 +275,9 @@ impl Target {
             closing: false,
             sq_head: 0,
             commands: 0,
+            crq: depth,
+            peak: 0,
+            past_crq: 0,
         };
         for slot in 0..nrecv {
             post_recv(&mut q, slot);
@@ -287,6 +296,17 @@ impl Target {
             return;
         };
         self.ids.remove(&(q.id as usize));
+        if q.crq < q.depth {
+            say!(
+                "hostile {}: qid {} closed: at most {} commands outstanding of the {} of its accept, {} past it, {} received",
+                self.hostile.mode.name(),
+                q.qid,
+                q.peak,
+                q.crq,
+                q.past_crq,
+                q.commands
+            );
+        }
         if let Some(c) = q.cntlid {
             let admin_of = self.ctrls.get(&c).is_some_and(|ctrl| ctrl.admin == token);
             if admin_of {

@@ -35,6 +35,19 @@ impl Target {
                 held: false,
             },
         );
+        q.peak = q.peak.max(q.cmds.len());
+        if q.cmds.len() > q.crq as usize {
+            if q.past_crq == 0 {
+                say!(
+                    "hostile {}: qid {}: {} commands outstanding, past the {} of its accept",
+                    self.hostile.mode.name(),
+                    q.qid,
+                    q.cmds.len(),
+                    q.crq
+                );
+            }
+            q.past_crq += 1;
+        }
         if sqe.opcode() == FABRICS {
             self.fabrics(q, cid);
         } else if q.cntlid.is_none() {

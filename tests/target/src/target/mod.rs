@@ -113,6 +113,12 @@ struct Queue {
     closing: bool,
     sq_head: u16,
     commands: u64,
+    /// The receive queue its accept told the host (CRQSIZE): the depth, or less for
+    /// `bad-accept:crqsize`, whose queue counts how the host keeps within it.
+    crq: u32,
+    /// The most commands outstanding at once, and how many arrived past `crq`.
+    peak: usize,
+    past_crq: u64,
 }
 
 impl Queue {
