@@ -13,7 +13,8 @@
 #   suite     the guest suite as the kernel installs a kselftest target: make -C tests
 #             kselftest_install into <logs>/kselftest (tests/Makefile, on the tree's lib.mk)
 #   guest     boot the guest (scripts/vm.sh) and run the kernel's kselftest runner in it,
-#             run_kselftest.sh with -t for each selected test (tests/guest-suite.sh)
+#             run_kselftest.sh with -t for each selected test (tests/guest-suite.sh); a
+#             kernel with lockdep is booted once per test
 #
 # Counting: every host unit test is one KTAP test case (a "host" document; a missing
 # tests/host/Cargo.toml or a build failure is one failed case); in the guest every KTAP test
@@ -65,12 +66,8 @@ guest_knobs=(RSRDMA_PROVIDER RSRDMA_CONNECT_CYCLES RSRDMA_FLAPS RSRDMA_REMOVALS
 	RSRDMA_PORT_CYCLES RSRDMA_RELOADS RSRDMA_HOSTILE_CASES RSRDMA_FS_FLAPS)
 
 mapfile -t guest_tests < <(suite_select)
-# The guest's budget: booting (slower on the debug kernel, like every test) and the tests.
+# Timeouts scale on the debug kernel (see guest_boot below).
 timeout_scale=$(suite_timeout_scale)
-guest_timeout=$((180 * timeout_scale))
-for t in "${guest_tests[@]}"; do
-	guest_timeout=$((guest_timeout + $(suite_timeout "tests/$t")))
-done
 
 # --- deps, kernel, module ---
 build_ok=1
@@ -218,7 +215,53 @@ if ((build_ok)) && ! phase suite suite_install; then
 fi
 
 # --- guest ---
+# One boot runs every selected test; on a kernel with lockdep (the debug flavour) each test gets a
+# boot of its own: lockdep turns itself off for the rest of a boot at its first report, and the
+# upstream one tests/lib/kernel-log.sh knows would leave every later test unchecked. Each boot
+# appends its guest.log to guest-all.log (console-N.log and dmesg-N.log kept beside), which is
+# guest.log in the end.
 guest_rc=
+declare -A boot_rc=()
+guest_boot() { # TEST...
+	# The boot's budget: booting (slower on the debug kernel, like every test) and the tests.
+	local t timeout=$((180 * timeout_scale)) ksft_args=() rc=0 own longest=0
+	for t in "$@"; do
+		ksft_args+=(-t "rsrdma:$t")
+		own=$(suite_timeout "tests/$t")
+		timeout=$((timeout + own))
+		((own <= longest)) || longest=$own
+	done
+	# The runner's timeout for each test (tests/settings), scaled like the tests' own, and at
+	# least the longest test's own and 5 minutes for the checks after it.
+	if ((timeout_scale > 1)); then
+		own=$(($(sed -n 's/^timeout=//p' tests/settings) * timeout_scale))
+		ksft_args+=(-o $((own > longest + 300 ? own : longest + 300)))
+	fi
+	scripts/vm.sh -t "$timeout" -o "$out" -- \
+		env RSRDMA_TESTS="${RSRDMA_TESTS:-}" RSRDMA_TEST_TIMEOUT="${RSRDMA_TEST_TIMEOUT:-}" \
+		RSRDMA_TIMEOUT_SCALE="$timeout_scale" "${knobs[@]}" \
+		tests/guest-suite.sh "$out/kselftest" "${ksft_args[@]}" || rc=$?
+	for t in "$@"; do boot_rc[$t]=$rc; done
+	return $rc
+}
+guest_boots() {
+	local t i=0 rc=0
+	if ! grep -q '^CONFIG_PROVE_LOCKING=y' "$kdir/.config"; then
+		guest_boot "${guest_tests[@]}"
+		return
+	fi
+	: >"$out/guest-all.log"
+	for t in "${guest_tests[@]}"; do
+		i=$((i + 1))
+		log "boot $i of ${#guest_tests[@]}: $t"
+		guest_boot "$t" || rc=$?
+		cat "$out/guest.log" >>"$out/guest-all.log"
+		mv -f "$out/console.log" "$out/console-$i.log" 2>/dev/null
+		mv -f "$out/dmesg.log" "$out/dmesg-$i.log" 2>/dev/null
+	done
+	mv -f "$out/guest-all.log" "$out/guest.log"
+	return $rc
+}
 if ((${#guest_tests[@]} == 0)); then
 	log "no guest test matches RSRDMA_TESTS='${RSRDMA_TESTS:-}' RSRDMA_MODES='${RSRDMA_MODES:-}'"
 elif ((build_ok)); then
@@ -227,18 +270,7 @@ elif ((build_ok)); then
 	for v in "${guest_knobs[@]}"; do
 		[ -z "${!v:-}" ] || knobs+=("$v=${!v}")
 	done
-	ksft_args=()
-	for t in "${guest_tests[@]}"; do
-		ksft_args+=(-t "rsrdma:$t")
-	done
-	# The runner's timeout for each test (tests/settings), scaled like the tests' own.
-	if ((timeout_scale > 1)); then
-		ksft_args+=(-o $(($(sed -n 's/^timeout=//p' tests/settings) * timeout_scale)))
-	fi
-	phase guest scripts/vm.sh -t "$guest_timeout" -o "$out" -- \
-		env RSRDMA_TESTS="${RSRDMA_TESTS:-}" RSRDMA_TEST_TIMEOUT="${RSRDMA_TEST_TIMEOUT:-}" \
-		RSRDMA_TIMEOUT_SCALE="$timeout_scale" "${knobs[@]}" \
-		tests/guest-suite.sh "$out/kselftest" "${ksft_args[@]}" || guest_rc=$?
+	phase guest guest_boots || guest_rc=$?
 fi
 
 # Account for the guest tests from the runner's output: each test's result line and the
@@ -278,20 +310,19 @@ elif [ -n "$guest_rc" ] && ((guest_rc != 0 && ${#finished[@]} == ${#guest_tests[
 	failed=$((failed + 1))
 	summary_lines+=("not ok guest: the suite completed but the guest returned status $guest_rc")
 fi
-first_unfinished=1
 for name in "${guest_tests[@]}"; do
 	[ -n "${finished[$name]:-}" ] && continue
 	reason="not run"
-	[ -n "$guest_rc" ] && reason=$([ "$guest_rc" = 124 ] && echo "guest timed out" || echo "guest died (status $guest_rc)")
+	rc=${boot_rc[$name]:-$guest_rc}
+	[ -n "$rc" ] && reason=$([ "$rc" = 124 ] && echo "guest timed out" || echo "guest died (status $rc)")
 	p=0 f=1 s=0
-	if ((first_unfinished)) && [ -s "$out/tests/${name%.sh}.log" ]; then
-		# The test that was running: keep what it reported, the rest failed.
+	if [ -s "$out/tests/${name%.sh}.log" ]; then
+		# The test that was running (it has a log): keep what it reported, the rest failed.
 		read -r p f s plan < <(awk -f tests/lib/ktap-count.awk "$out/tests/${name%.sh}.log")
 		missing=$((plan - p - f - s))
 		f=$((f + (missing > 0 ? missing : 1)))
 		reason="$reason while it ran"
 	fi
-	first_unfinished=0
 	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 	summary_lines+=("not ok ${name%.sh}: $p passed, $f failed, $s skipped ($reason)")
 done

@@ -153,13 +153,14 @@ dmesg_check_clean() {
 # dmesg_clean_after MARK: fails, printing the offending part of the log as diagnostics, if
 # anything in the kernel log after MARK looks like a kernel problem report (DMESG_BAD), apart
 # from the upstream lockdep report _upstream_lockdep knows, which is shown and not counted.
+LOCKDEP_UPSTREAM_NOTE="lockdep report from the target's upstream code"
 dmesg_clean_after() {
 	local log known
 	log=$(dmesg_after "$1" | _upstream_lockdep)
 	known=$(sed -n 's/^U //p' <<<"$log")
 	log=$(sed -n 's/^L //p' <<<"$log")
 	if [ -n "$known" ]; then
-		ktap_diag "lockdep report from the target's upstream code (nvmet-rdma, rdma_cm), not nvme_rsrdma's (not counted; lockdep is off for the rest of this boot):"
+		ktap_diag "$LOCKDEP_UPSTREAM_NOTE (nvmet-rdma, rdma_cm), not nvme_rsrdma's (not counted; lockdep is off for the rest of this boot):"
 		grep -E 'WARNING:|is trying to acquire|already holding|^[^#]*-> #|\(.*\)\{' <<<"$known" |
 			head -n 12 | ktap_diag
 	fi
@@ -171,6 +172,12 @@ dmesg_clean_after() {
 			<<<"$log" | ktap_diag
 		return 1
 	fi
+}
+
+# lockdep_state: on a kernel with lockdep, 1 while it checks and 0 once it turned itself off
+# (debug_locks, which its first report clears for the rest of the boot); empty without lockdep.
+lockdep_state() {
+	awk '$1 == "debug_locks:" { print $2 }' /proc/lockdep_stats 2>/dev/null
 }
 
 # kernel_check: the suite's check after each test and its clean-up, dmesg_check_clean on

@@ -14,9 +14,11 @@
 #   its own timeout       a "# rsrdma-timeout: SECONDS" line in its first 10 lines (default
 #                         RSRDMA_TEST_TIMEOUT, 600), times RSRDMA_TIMEOUT_SCALE (an integer;
 #                         default 3 on the debug kernel: KERNEL=debug on the host, a kernel
-#                         with KASAN in the guest, 1 otherwise). The runner's timeout
-#                         (settings) is only the bound on the longest test and its checks;
-#                         run_kselftest.sh -o scales it on the debug kernel.
+#                         with KASAN in the guest, 1 otherwise); when scaled, a
+#                         "# rsrdma-debug-timeout: SECONDS" line instead, if there is one. The
+#                         runner's timeout (settings) is only the bound on the longest test and
+#                         its checks; tests/run.sh raises it (run_kselftest.sh -o) for scaled
+#                         timeouts.
 #   its host mode         NN-name-dropin.sh, a symbolic link to NN-name.sh, is that test in
 #                         drop-in mode (RSRDMA_MODE=dropin: nvme_rsrdma loaded with dropin=1
 #                         as "rdma"); every other name runs in RSRDMA_MODE, default rsrdma.
@@ -26,7 +28,12 @@
 #   checks after it       after the test and its own clean-up: what it left behind (modules,
 #                         controllers, RDMA links, target configuration: leftovers), one more
 #                         failed case and a reset of the guest; a problem report in the kernel
-#                         log during the test (kernel_check), one more failed case.
+#                         log during the test (kernel_check), one more failed case. On a
+#                         kernel with lockdep: lockdep off when the test starts, or turned
+#                         off during it by anything but the upstream report kernel_check
+#                         knows, one more failed case (lockdep stops at its first report for
+#                         the rest of the boot; tests/run.sh boots such a kernel once per
+#                         test, so that every test starts with it on).
 #   its logs              $RSRDMA_OUT/tests/NAME.log (its output), NAME.dmesg (the kernel log
 #                         during the test and its checks), NAME.kcheck (the kernel check's
 #                         diagnostics, when it had any).
@@ -84,11 +91,18 @@ suite_select() {
 	done < <(suite_tests)
 }
 
-# suite_timeout FILE: the test's own timeout in seconds, scaled.
+# suite_timeout FILE: the test's own timeout in seconds, scaled; on the debug kernel a
+# "# rsrdma-debug-timeout: SECONDS" line in its first 10 lines, if it has one, instead (for a
+# test that slows down there more than the scale allows for).
 suite_timeout() {
-	local t
+	local t scale
+	scale=$(suite_timeout_scale)
+	if ((scale > 1)); then
+		t=$(head -n 10 "$1" | sed -n 's/^# rsrdma-debug-timeout: *\([0-9][0-9]*\).*/\1/p' | head -n1)
+		[ -z "$t" ] || { echo "$t"; return; }
+	fi
 	t=$(head -n 10 "$1" | sed -n 's/^# rsrdma-timeout: *\([0-9][0-9]*\).*/\1/p' | head -n1)
-	echo $((${t:-${RSRDMA_TEST_TIMEOUT:-600}} * $(suite_timeout_scale)))
+	echo $((${t:-${RSRDMA_TEST_TIMEOUT:-600}} * scale))
 }
 
 # suite_timeout_scale: the factor for every test's timeout (see RSRDMA_TIMEOUT_SCALE).
@@ -108,11 +122,12 @@ suite_timeout_scale() {
 # common.sh when a test script sources it, in the script's own process; the child, marked by
 # RSRDMA_SUPERVISED, runs the test itself.
 suite_supervise() {
-	local name t log rc start secs p f s plan reported notes=() left kcheck kcheck_rc n
+	local name t log rc start secs p f s plan reported notes=() left kcheck kcheck_rc n locks
 	name=$(basename "$0" .sh)
 	t=$(suite_timeout "$0")
 	mkdir -p "$RSRDMA_OUT/tests"
 	log=$RSRDMA_OUT/tests/$name.log
+	locks=$(lockdep_state)
 	dmesg_mark
 	start=$SECONDS
 	RSRDMA_SUPERVISED=1 timeout -k 60 "$t" "$BASH" "$0" "$@" </dev/null 2>&1 | tee "$log"
@@ -155,6 +170,25 @@ suite_supervise() {
 		notes+=("$name: the kernel reported a problem (tests/$name.kcheck, tests/$name.dmesg):")
 		f=$((f + 1))
 	fi
+	if [ -z "$locks" ] && zgrep -q '^CONFIG_PROVE_LOCKING=y' /proc/config.gz 2>/dev/null; then
+		notes+=("$name: lockdep: debug_locks not readable in /proc/lockdep_stats")
+		f=$((f + 1))
+	fi
+	case "$locks$(lockdep_state)" in
+	11) notes+=("$name: lockdep on from its start to its end") ;;
+	0*)
+		notes+=("$name: lockdep was off when it started: it ran unchecked")
+		f=$((f + 1))
+		;;
+	10)
+		if grep -q "$LOCKDEP_UPSTREAM_NOTE" <<<"$kcheck"; then
+			notes+=("$name: lockdep went off at the upstream report (not counted); the rest of $name ran without it")
+		else
+			notes+=("$name: lockdep turned itself off during the test (tests/$name.dmesg)")
+			f=$((f + 1))
+		fi
+		;;
+	esac
 
 	for n in "${notes[@]}"; do ktap_print_msg "$n"; done
 	[ -z "$kcheck" ] || printf '%s\n' "$kcheck"
