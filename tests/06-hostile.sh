@@ -366,8 +366,10 @@ connect_fails "bad-accept:short: 2 bytes of accept private data, connect fails c
 # target's queue must never have had more commands outstanding than its receive queue, and at
 # least 7/8 of it at its peak (so that a host that did not hold back would have gone past it).
 shallow_accept() {
-	local name=$1 mode=$2 when=$3 dev ctrl re line qid peak past crq=16 hex=10
-	[[ $mode != *@io ]] || crq=64 hex=40
+	# The target accepts half the depth: 16 of the admin queue's 32, 64 of an I/O queue's 128.
+	local name=$1 mode=$2 when=$3 dev ctrl re line qid peak past depth=32 crq
+	[[ $mode != *@io ]] || depth=128
+	crq=$((depth / 2))
 	selected "$name" || return 0
 	case_begin
 	if [ "$when" = reconnect ]; then
@@ -386,11 +388,11 @@ shallow_accept() {
 			expect "the data reads back intact" read_check "$dev" 8 4
 		fi
 		expect "the target accepted a queue with a receive queue of $crq" \
-			hostile_wait 30 "^hostile $mode: accepted the CM connect of qid [0-9]+ .*\[00, 00, $hex, 00[],]"
+			hostile_wait 30 "^hostile $mode: accepted the CM connect of qid [0-9]+ .*\[00, 00, $(printf %02x "$crq"), 00[],]"
 		if [[ $mode == *@io ]]; then
-			re="queue [1-9][0-9]*: the target receives 64 commands at a time: at most 64 of 128 in flight"
+			re="queue [1-9][0-9]*: the target receives $crq commands at a time: at most $crq of $depth in flight"
 		else
-			re="queue 0: the target receives 16 commands at a time, of the admin queue's 32"
+			re="queue 0: the target receives $crq commands at a time, of the admin queue's $depth"
 		fi
 		expect "dmesg says so (/$re/)" wait_for 30 dmesg_has "$re"
 		expect "no connect attempt failed" not dmesg_has "accept is malformed|failed to connect"
@@ -407,14 +409,14 @@ shallow_accept() {
 			line=$(grep -E "^hostile $mode: qid [0-9]+ closed:" "$HOSTILE_LOG" | tail -n 1)
 			ktap_diag "target: ${line:-no report of the shallow queue}"
 			qid=$(sed -nE 's/.* qid ([0-9]+) closed.*/\1/p' <<<"$line")
-			peak=$(sed -nE 's/.* at most ([0-9]+) commands outstanding of the 64 of its accept.*/\1/p' <<<"$line")
+			peak=$(sed -nE "s/.* at most ([0-9]+) commands outstanding of the $crq of its accept.*/\\1/p" <<<"$line")
 			past=$(sed -nE 's/.* of its accept, ([0-9]+) past it.*/\1/p' <<<"$line")
-			expect "the target's queue ${qid:-?} never had more than 64 commands outstanding (${peak:-?}, ${past:-?} arrived past it)" \
-				test -n "$peak" -a "${past:-1}" = 0 -a "${peak:-65}" -le 64
+			expect "the target's queue ${qid:-?} never had more than $crq commands outstanding (${peak:-?}, ${past:-?} arrived past it)" \
+				test -n "$peak" -a "${past:-1}" = 0 -a "${peak:-$((crq + 1))}" -le "$crq"
 			# The target counts what it received and has not answered: responses on their
-			# way back to the host hold some of the host's 64 at any time.
-			expect "and at least 56 at its peak (${peak:-?}): the load pressed against it" \
-				test "${peak:-0}" -ge 56
+			# way back to the host hold some of the host's credits at any time.
+			expect "and at least 7/8 of them at its peak (${peak:-?}): the load pressed against it" \
+				test "${peak:-0}" -ge $((crq * 7 / 8))
 		fi
 		expect "then a fresh connect moves verified data" fresh_verify
 	else
