@@ -120,26 +120,44 @@ dmesg_since_mark() {
 	dmesg_after "$_dmesg_mark"
 }
 
-# _upstream_lockdep: the kernel log on stdin, each line prefixed "U " if it is part of a lockdep
-# report that this project knows comes from upstream code, not nvme_rsrdma, else "L " (as
-# kmemleak_check splits leaks). Known: the circular dependency nvmet-rdma's target reports
-# between nvmet_config_sem and the RDMA CM's handler_mutex (a port's removal destroys its
-# listening CM id under the semaphore; a Fabrics Connect that arrived before the target's
-# ESTABLISHED event is executed from the connection's CM handler and takes the semaphore). The
-# two mutexes are different ids' of one lock class; any host can trigger it: its Connect
-# overtaking the CM's RTU is a matter of timing.
-_upstream_lockdep() {
-	awk '
-		function flush(   i) {
-			for (i = 1; i <= n; i++) print (sem && mutex && !mine ? "U " : "L ") line[i]
-			n = 0; sem = 0; mutex = 0; mine = 0; inrep = 0
+# Lines that fi_on and fi_off (13-lifecycle) write to the kernel log around the fault injection
+# they turn on: the kernel's allocation failure reports between them are those of failures the
+# test injected (_known_reports).
+FI_MARK_ON="rsrdma-fault-injection: on"
+FI_MARK_OFF="rsrdma-fault-injection: off"
+
+# _known_reports: the kernel log on stdin, each line prefixed with what it is part of (as
+# kmemleak_check splits leaks): "U " a lockdep report that this project knows comes from upstream
+# code, not nvme_rsrdma; "F " an allocation failure report (warn_alloc: "page allocation
+# failure", "vmalloc error") logged while a test injected allocation failures; "L " anything
+# else, checked. Known upstream: the circular dependency nvmet-rdma's target reports between
+# nvmet_config_sem and the RDMA CM's handler_mutex (a port's removal destroys its listening CM id
+# under the semaphore; a Fabrics Connect that arrived before the target's ESTABLISHED event is
+# executed from the connection's CM handler and takes the semaphore). The two mutexes are
+# different ids' of one lock class; any host can trigger it: its Connect overtaking the CM's RTU
+# is a matter of timing. An injected failure deep in an allocation the module asked for (the
+# vm_struct of soft-RoCE's vmalloc'ed queues, for one) ends in the kernel's own report with a
+# stack dump unless the allocation said __GFP_NOWARN: the failure is the test's, the report the
+# kernel's way of saying so. Its trace must pass through warn_alloc.
+_known_reports() {
+	awk -v on="$FI_MARK_ON" -v off="$FI_MARK_OFF" '
+		function flush(   i, k) {
+			k = "L "
+			if (rep == "lockdep" && sem && mutex && !mine) k = "U "
+			if (rep == "alloc" && warn) k = "F "
+			for (i = 1; i <= n; i++) print k line[i]
+			n = 0; sem = 0; mutex = 0; mine = 0; warn = 0; rep = ""
 		}
-		/WARNING: possible circular locking dependency detected/ { flush(); inrep = 1 }
+		index($0, on) { fi = 1 }
+		index($0, off) { fi = 0 }
+		/WARNING: possible circular locking dependency detected/ { flush(); rep = "lockdep" }
+		fi && /: (page allocation failure|vmalloc error): / { flush(); rep = "alloc" }
 		{ line[++n] = $0 }
 		/nvmet_config_sem/ { sem = 1 }
 		/handler_mutex/ { mutex = 1 }
 		/nvme_rsrdma/ { mine = 1 }
-		!inrep || /<\/TASK>/ { flush() }
+		/ warn_alloc\+/ { warn = 1 }
+		rep == "" || /<\/TASK>/ { flush() }
 		END { flush() }'
 }
 
@@ -152,17 +170,23 @@ dmesg_check_clean() {
 
 # dmesg_clean_after MARK: fails, printing the offending part of the log as diagnostics, if
 # anything in the kernel log after MARK looks like a kernel problem report (DMESG_BAD), apart
-# from the upstream lockdep report _upstream_lockdep knows, which is shown and not counted.
+# from the reports _known_reports knows (the upstream lockdep report, allocation failure reports
+# of injected failures), which are shown and not counted.
 LOCKDEP_UPSTREAM_NOTE="lockdep report from the target's upstream code"
 dmesg_clean_after() {
-	local log known
-	log=$(dmesg_after "$1" | _upstream_lockdep)
+	local log known injected
+	log=$(dmesg_after "$1" | _known_reports)
 	known=$(sed -n 's/^U //p' <<<"$log")
+	injected=$(sed -n 's/^F //p' <<<"$log")
 	log=$(sed -n 's/^L //p' <<<"$log")
 	if [ -n "$known" ]; then
 		ktap_diag "$LOCKDEP_UPSTREAM_NOTE (nvmet-rdma, rdma_cm), not nvme_rsrdma's (not counted; lockdep is off for the rest of this boot):"
 		grep -E 'WARNING:|is trying to acquire|already holding|^[^#]*-> #|\(.*\)\{' <<<"$known" |
 			head -n 12 | ktap_diag
+	fi
+	if [ -n "$injected" ]; then
+		ktap_diag "the kernel's reports of allocations failed by the test's fault injection (not counted):"
+		grep -E ': (page allocation failure|vmalloc error): ' <<<"$injected" | ktap_diag
 	fi
 	if grep -qE "$DMESG_BAD" <<<"$log"; then
 		ktap_diag "kernel log since the mark has problems:"
