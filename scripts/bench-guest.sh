@@ -16,7 +16,8 @@
 # machine whose speed drifts.
 # Every measurement is one JSON object per line in $RSRDMA_OUT/bench.jsonl.
 #
-# Environment: BENCH_ROUNDS (4), BENCH_SECONDS per job (3), BENCH_BACKINGS ("null mem own device"),
+# Environment: BENCH_ROUNDS (4), BENCH_SECONDS per job (3), BENCH_SECONDS_LARGE per job of 1 MiB
+# blocks or more (10), BENCH_BACKINGS ("null mem own device"),
 # BENCH_JOBS (a subset of the job names below, default all; the own target runs OWN_JOBS),
 # BENCH_RAW (1; 0 skips the raw rxe runs, for quick comparisons of the transports alone).
 set -u
@@ -25,6 +26,9 @@ set -u
 
 ROUNDS=${BENCH_ROUNDS:-4}
 SECS=${BENCH_SECONDS:-3}
+# Jobs of 4 MiB blocks complete 8 to 25 commands a second here: in 3 s, one command more or
+# less moved a figure by up to 4 %, more than the differences between the transports.
+SECS_LARGE=${BENCH_SECONDS_LARGE:-10}
 BACKINGS=${BENCH_BACKINGS:-null mem own device}
 NQN_BENCH=nqn.2026-11.io.rsrdma:bench
 OUTF=$RSRDMA_OUT/bench.jsonl
@@ -215,6 +219,10 @@ device_bench() {
 
 busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
+# rxe_retries: the times soft-RoCE's requesters sent again what was not acknowledged in time
+# (the target's RDMA READ of a write's data, after rdma_cm's ACK timeout for RoCE: 537 ms).
+rxe_retries() { cat "/sys/class/infiniband/$RDMA_LINK/ports/1/hw_counters/completer_retry_err" 2>/dev/null || echo 0; }
+
 # copied_moved STATS: "COPIED MOVED", the I/O queues' data bytes copied through the pool and
 # moved in all (from the area, from their own pages, through the pool), from a controller's
 # debugfs (data_bytes).
@@ -230,10 +238,13 @@ copied_moved() {
 # alone takes 1-3 s here, which once per run added minutes to the benchmark). TRANSPORT "area"
 # is nvme_rsrdma (DEV its namespace) with fio's buffers in the controller's registered area
 # ($AREA_DEV); for it and "rsrdma", the bytes copied and moved during the run ($AREA_STATS, the
-# controller's debugfs) go in the line too.
+# controller's debugfs) go in the line too. It runs RUN_SECS seconds if set, else SECS, or
+# SECS_LARGE for blocks of 1 MiB or more.
 run_job() {
-	local backing=$1 transport=$2 round=$3 dev=$4 name rw bs qd nj j0 j1 out c0 m0 c1 m1
+	local backing=$1 transport=$2 round=$3 dev=$4 name rw bs qd nj j0 j1 out c0 m0 c1 m1 r0 secs
 	read -r name rw bs qd nj <<<"$5"
+	secs=${RUN_SECS:-$SECS}
+	[ -n "${RUN_SECS:-}" ] || [[ $bs != *m ]] || secs=$SECS_LARGE
 	# One job per vCPU means one on each: left to the scheduler, two jobs sometimes share a
 	# vCPU (and so one queue) and the figure halves, for either transport.
 	local pin=() mem=()
@@ -244,17 +255,18 @@ run_job() {
 	out=fio/$backing-$transport-$round-$name-$((++RUN_SEQ)).json
 	c0=- m0=- c1=- m1=-
 	[ "$transport" = rdma ] || read -r c0 m0 < <(copied_moved "$AREA_STATS")
+	r0=$(rxe_retries)
 	j0=$(busy_jiffies)
 	(cd /tmp && fio --output-format=json --name="$name" --filename="$dev" --direct=1 \
 		--ioengine=io_uring --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$nj" "${pin[@]}" \
-		"${mem[@]}" --group_reporting --time_based --runtime="$SECS" --ramp_time=1 --size=512m \
+		"${mem[@]}" --group_reporting --time_based --runtime="$secs" --ramp_time=1 --size=512m \
 		--norandommap --randrepeat=0 >"$RSRDMA_OUT/$out" 2>/dev/null)
 	j1=$(busy_jiffies)
 	[ "$transport" = rdma ] || read -r c1 m1 < <(copied_moved "$AREA_STATS")
 	local copied=- moved=-
 	[ "$c0" = - ] || [ "$c1" = - ] || copied=$((c1 - c0)) moved=$((m1 - m0))
 	echo "$backing $transport $round $name $rw $bs $qd $nj $((j1 - j0)) $CLK_TCK $out $copied $moved" >>"$RUNS"
-	note "$backing $transport round $round $name: done"
+	note "$backing $transport round $round $name: done ($secs s, rxe retries $(($(rxe_retries) - r0)))"
 }
 
 connect() { # TRANSPORT PORT NQN: prints the block device
@@ -349,9 +361,9 @@ note "rxe on $RDMA_NETDEV: netdev MTU $netdev_mtu, RoCE MTU ${roce_mtu:-?}"
 # "icount" when BENCH_ICOUNT_SHIFT is set (make bench BENCH_CLOCK=icount), else "real".
 idle=$(sed -n 's/.*\bidle=\([a-z]*\).*/\1/p' /proc/cmdline)
 clock=${BENCH_ICOUNT_SHIFT:+icount}
-printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "clock": "%s", "icount_shift": %s, "idle": "%s", "rounds": %d, "seconds": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
+printf '{"info": {"kernel": "%s", "vcpus": %d, "accel": "%s", "clock": "%s", "icount_shift": %s, "idle": "%s", "rounds": %d, "seconds": %d, "seconds_large": %d, "netdev_mtu": %s, "roce_mtu": %s}}\n' \
 	"$(uname -r)" "$CPUS" "${BENCH_ACCEL:-unknown}" "${clock:-real}" "${BENCH_ICOUNT_SHIFT:-null}" \
-	"${idle:-halt}" "$ROUNDS" "$SECS" \
+	"${idle:-halt}" "$ROUNDS" "$SECS" "$SECS_LARGE" \
 	"${netdev_mtu:-null}" "${roce_mtu:-null}" >>"$OUTF"
 
 # perftest has no event mode for RDMA WRITE ("Events feature not available on WRITE verb"),
@@ -466,7 +478,7 @@ if [ "${BENCH_PROFILE:-0}" = 1 ]; then
 				-- sleep 600 >/dev/null 2>&1 &
 			perf_pid=$!
 			perf_ctl ping || note "perf for $t did not start"
-			SECS=14 run_job profile "$t" 1 "$dev" "$job" &
+			RUN_SECS=14 run_job profile "$t" 1 "$dev" "$job" &
 			sleep 5
 			perf_ctl enable || note "perf for $t did not enable its events"
 			sleep 6

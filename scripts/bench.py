@@ -127,10 +127,13 @@ def report(args):
            "raw_ceiling_by_verb_mib_s": verb_ceiling, "figures": []}
     out["max_io_kib"] = [r["max_io"] for r in recs if "max_io" in r]
     clock = info.get("clock", "real")
+    large = ""
+    if info.get("seconds_large") is not None:
+        large = " (%s s for blocks of 1 MiB or more)" % info["seconds_large"]
     print("nvme-rsrdma benchmark: kernel %s, %s vCPUs, accelerator %s, %s clock, idle loop %s, %s"
-          " rounds of %s s per job" % (info.get("kernel"), info.get("vcpus"), info.get("accel"),
-                                       clock, info.get("idle", "halt"), info.get("rounds"),
-                                       info.get("seconds")))
+          " rounds of %s s per job%s" % (info.get("kernel"), info.get("vcpus"), info.get("accel"),
+                                         clock, info.get("idle", "halt"), info.get("rounds"),
+                                         info.get("seconds"), large))
     if clock == "icount":
         print("""\
 clock: QEMU icount, one guest instruction per %d ns of guest time, the vCPUs taking turns:
