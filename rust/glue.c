@@ -54,7 +54,7 @@ MODULE_PARM_DESC(min_io_queues,
 unsigned int rsrdma_area_mib = 64;
 module_param_named(area_mib, rsrdma_area_mib, uint, 0644);
 MODULE_PARM_DESC(area_mib,
-		 "Registered area in MiB per controller, which processes map (/dev/rsrdma/<controller>) to do I/O without a copy: 0 (none) to 1024, read when a controller is created (default 64)");
+		 "Registered area in MiB per subsystem, shared by its controllers, which processes map (/dev/rsrdma/<controller>) to do I/O without a copy: 0 (none) to 1024, read when a controller is created (default 64)");
 
 /* Logging ------------------------------------------------------------------------------- */
 
