@@ -13,7 +13,8 @@
 # without a copy; against the 4 MiB test
 # target, each 4 MiB block is one command (the udev rule) and the previous association's area
 # RKEY is dead; an area above the limit is refused; a controller deleted, and the module
-# unloaded, while a process has the area mapped.
+# unloaded, while a process has the area mapped; the mapping unmapped under writes in flight;
+# the whole area in flight at once, beside I/O through the pool.
 set -u
 . "$(dirname "$0")/lib/common.sh"
 
@@ -31,7 +32,7 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 ktap_print_header
-ktap_set_plan 21
+ktap_set_plan 23
 
 if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -131,6 +132,42 @@ kill_in_flight() {
 }
 ktap_check "fio killed with I/O in flight from the area: live, I/O goes on" kill_in_flight
 
+unmap_in_flight() {
+	python3 "$AREA_PY" unmap "$area" "$dev" && in_state "$ctrl" live
+}
+ktap_check "munmap under 4 MiB writes from the area: those in flight whole, then EFAULT, data intact" \
+	unmap_in_flight
+
+# The area used up: fio keeps 63 commands of 1 MiB in flight from 63 of the area's 64 MiB while a
+# second fio writes from ordinary memory through the pool, each verifying what it wrote; the
+# area's I/O none copied. fio maps its buffers and two alignment pages (libaio: one buffer per
+# command; io_uring takes one more). A job that needs more than the area (64 buffers) cannot
+# map it: the kernel refuses and says why, fio's I/O fails, the controller goes on.
+area_full() {
+	local before after pid rc=0 a0 c0 a1 c1 out
+	before=$(counters)
+	fio_verify "$dev" --bs=128k --iodepth=8 --offset=64m --size=32m &
+	pid=$!
+	fio_verify "$dev" --ioengine=libaio --bs=1m --iodepth=63 --size=63m --iomem="mmapshared:$area" ||
+		rc=1
+	wait "$pid" || rc=1
+	after=$(counters)
+	ktap_diag "counters (area, capsule pages, copied) before: $before, after: $after"
+	read -r a0 _ c0 <<<"$before"
+	read -r a1 _ c1 <<<"$after"
+	# 63 MiB written and read back from the area; 32 MiB each way through the pool.
+	((a1 - a0 >= 126 << 20 && c1 - c0 >= 64 << 20)) || rc=1
+	out=$(cd /tmp && fio --name=toobig --filename="$dev" --direct=1 --ioengine=libaio --rw=write \
+		--bs=1m --iodepth=64 --size=64m --iomem="mmapshared:$area" 2>&1) &&
+		{ ktap_diag "fio with buffers past the area ran"; rc=1; }
+	grep -m 3 -iE 'mmap|error' <<<"$out" | ktap_diag
+	dmesg_since_mark | grep -qE "area: mmap refused: [0-9]+ bytes at offset 0 exceed its $((64 << 20)) bytes" ||
+		{ ktap_diag "no refusal of fio's mapping in the kernel log"; rc=1; }
+	in_state "$ctrl" live || rc=1
+	return $rc
+}
+ktap_check "area used up: 63 MiB in flight from it beside pool I/O, verified; more refused" area_full
+
 # --- reconnects ----------------------------------------------------------------------------------
 ktap_check "reset while mapped: a new RKEY, I/O from the same mapping, none copied" \
 	python3 "$AREA_PY" reconnect "$area" "$dev" "$ctrl"
@@ -138,14 +175,23 @@ ktap_check "reset while mapped: a new RKEY, I/O from the same mapping, none copi
 # outage DOWN UP: DOWN, then UP, under verified fio from the area: the controller leaves live and
 # comes back, the area's old RKEY invalidated (dmesg) and a new one registered.
 outage() {
-	local key1 key2 regs rc=0
+	local key1 key2 regs rc=0 before after a0 c0 a1 c1
 	key1=$(area_rkey) regs=$(registrations)
 	fio_start "$dev" --bs=64k --iodepth=8 --iomem="mmapshared:$area"
+	before=$(counters)
 	eval "$1" || { ktap_diag "'$1' failed"; rc=1; }
 	wait_for 30 not_live "$ctrl" || rc=1
 	ktap_diag "controller $(ctrl_state "$ctrl") after '$1'; $(grep '^area:' "$stats")"
 	eval "$2" || { ktap_diag "'$2' failed"; rc=1; }
 	wait_for 60 in_state "$ctrl" live || rc=1
+	# fio's commands held through the outage went out again on the new connection from the
+	# area, under its new key: nothing copied from before the outage to live again and after.
+	sleep 1
+	after=$(counters)
+	ktap_diag "counters (area, capsule pages, copied) across the outage: $before -> $after"
+	read -r a0 _ c0 <<<"$before"
+	read -r a1 _ c1 <<<"$after"
+	((a1 > a0 && c1 == c0)) || { ktap_diag "copied through the pool during the outage"; rc=1; }
 	fio_stop || rc=1
 	key2=$(area_rkey)
 	ktap_diag "area rkey $key1 before, $key2 after; registrations $regs before, $(registrations) after"
@@ -153,9 +199,9 @@ outage() {
 		since_mark_has "area: invalidating rkey $key1" && return $rc
 	return 1
 }
-ktap_check "target outage under fio from the area: re-registered, verified" \
+ktap_check "target outage under fio from the area: re-registered, none copied, verified" \
 	outage target_port_disable target_port_enable
-ktap_check "link flap under fio from the area: re-registered, verified" \
+ktap_check "link flap under fio from the area: re-registered, none copied, verified" \
 	outage "ip link set $RDMA_NETDEV down; sleep 2" "ip link set $RDMA_NETDEV up"
 
 # --- multipath ----------------------------------------------------------------------------------
@@ -312,5 +358,11 @@ delete_while_mapped() {
 }
 ktap_check "controller deleted and rmmod while mapped: memory kept, unload refused then done" \
 	delete_while_mapped
-ktap_check "area registration and invalidation in dmesg" \
-	since_mark_has "area: invalidating rkey"
+registered_invalidated() {
+	dmesg_since_mark | grep -E "area: 64 MiB registered at iova 0x[0-9a-f]+ with rkey 0x[0-9a-f]+ \(registration [0-9]+\)" |
+		tail -n 2 | ktap_diag
+	dmesg_since_mark | grep -qE "area: 64 MiB registered at iova 0x[0-9a-f]+ with rkey 0x[0-9a-f]+ \(registration [2-9]" &&
+		since_mark_has "area: invalidating rkey"
+}
+ktap_check "area registration (again after reconnects) and invalidation in dmesg" \
+	registered_invalidated

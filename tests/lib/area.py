@@ -8,6 +8,7 @@
     area.py hold AREA NS READY DONE       map, fill, tell READY, wait for DONE, check the memory
                                           and that I/O from it to NS (opened before) now fails
     area.py reconnect AREA NS CTRL        I/O from one mapping before and after a reset
+    area.py unmap AREA NS                 munmap of the area under 4 MiB writes from it in flight
 
 Each prints what it did and exits non-zero when something is not as expected.
 """
@@ -18,6 +19,7 @@ import mmap
 import os
 import re
 import sys
+import threading
 import time
 
 PAGE = mmap.PAGESIZE
@@ -241,9 +243,80 @@ def reconnect(area, ns, ctrl):
     return 0 if ok and key2 not in (0, key1) and copied == 0 and moved >= 4 * bs * n else 1
 
 
+def unmap(area, ns):
+    """Four threads write 4 MiB blocks from 16 MiB of the area with O_DIRECT, each its own block
+    over and over, and the mapping is unmapped under them: a write in flight then (begun before
+    munmap and ended after it) writes its whole block, since direct I/O holds the pages, and one
+    begun after it fails with EFAULT. Every block then reads back as the area held it."""
+    ctrl = os.path.basename(area)
+    blk, nthr, aoff, noff = 4 << 20, 4, 32 << 20, 224 << 20
+    length = blk * nthr
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    fd = os.open(area, os.O_RDWR)
+    base = raw_mmap(None, length, rw, mmap.MAP_SHARED, fd, aoff)
+    if base < 0:
+        print(f"mmap of 16 MiB of the area: {errno.errorcode.get(-base, -base)}")
+        return 1
+    data = os.urandom(length)
+    ctypes.memmove(base, data, length)
+    nfd = os.open(ns, os.O_RDWR | os.O_DIRECT)
+    calls, lock, stop = [], threading.Lock(), threading.Event()
+
+    def writer(i):
+        while not stop.is_set():
+            t0 = time.monotonic()
+            n = libc.pwrite(nfd, base + i * blk, blk, noff + i * blk)
+            err = ctypes.get_errno() if n < 0 else 0
+            with lock:
+                calls.append((t0, time.monotonic(), n, err))
+            if n < 0:
+                return
+
+    before = counters(ctrl)
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(nthr)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    u0 = time.monotonic()
+    r = libc.munmap(base, length)
+    u1 = time.monotonic()
+    stop.set()
+    # This thread's own write from the unmapped range, at once.
+    late = libc.pwrite(nfd, base, blk, noff)
+    late_err = ctypes.get_errno() if late < 0 else 0
+    for t in threads:
+        t.join(120)
+    mid = counters(ctrl)
+    ok = r == 0 and not any(t.is_alive() for t in threads)
+    over = [c for c in calls if c[0] < u0 and c[1] > u1]
+    whole = [c for c in over if c[2] == blk]
+    after_ok = [c for c in calls if c[0] > u1 and c[2] >= 0]
+    errs = sorted({errno.errorcode.get(c[3], c[3]) for c in calls if c[2] < 0})
+    print(f"{len(calls)} writes of 4 MiB from the area, {len(over)} in flight across the munmap "
+          f"({len(whole)} of them whole), {len(after_ok)} begun after it succeeded; "
+          f"failed ones: {', '.join(errs) or 'none'}; a write from the unmapped range: "
+          f"{late if late >= 0 else errno.errorcode.get(late_err, late_err)}")
+    ok = ok and bool(over) and len(whole) == len(over) and not after_ok and late < 0 and late_err == errno.EFAULT
+    moved, copied = mid[0] - before[0], mid[2] - before[2]
+    print(f"{moved} bytes from the area, {copied} copied")
+    ok = ok and moved >= blk * len([c for c in calls if c[2] == blk]) and copied == 0
+    # Read back into ordinary (aligned) memory: each block as the area held it.
+    buf = raw_mmap(None, blk, rw, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    good = 0
+    for i in range(nthr):
+        n = libc.pread(nfd, buf, blk, noff + i * blk)
+        if n == blk and ctypes.string_at(buf, blk) == data[i * blk:(i + 1) * blk]:
+            good += 1
+    print(f"{good} of {nthr} blocks ({good * blk} bytes) read back as the area held them")
+    libc.munmap(buf, blk)
+    os.close(nfd)
+    os.close(fd)
+    return 0 if ok and good == nthr else 1
+
+
 def main(argv):
     cmds = {"refusals": (refusals, 1), "share": (share, 1), "straddle": (straddle, 2),
-            "hold": (hold, 4), "reconnect": (reconnect, 3)}
+            "hold": (hold, 4), "reconnect": (reconnect, 3), "unmap": (unmap, 2)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         print(__doc__, file=sys.stderr)
         return 2
