@@ -135,7 +135,7 @@ ktap_check "fio killed with I/O in flight from the area: live, I/O goes on" kill
 unmap_in_flight() {
 	python3 "$AREA_PY" unmap "$area" "$dev" && in_state "$ctrl" live
 }
-ktap_check "munmap under 4 MiB writes from the area: those in flight whole, then EFAULT, data intact" \
+ktap_check "munmap under 4 MiB writes from the area: in flight whole, then EFAULT, data intact" \
 	unmap_in_flight
 
 # The area used up: fio keeps 63 commands of 1 MiB in flight from 63 of the area's 64 MiB while a
