@@ -5,7 +5,8 @@
 # and against the raw bandwidth of rxe (see scripts/bench-guest.sh). Prints one table and
 # writes it as JSON to results/bench-<time>.json; the raw measurements stay in out/bench-<time>/.
 #
-# BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_SECONDS_LARGE (10, jobs of 4 MiB blocks), BENCH_BACKINGS ("null mem own device"), BENCH_JOBS (all),
+# BENCH_ROUNDS (4), BENCH_SECONDS (3), BENCH_SECONDS_LARGE (10, jobs of 1 MiB blocks or more),
+# BENCH_BACKINGS ("null mem own device"), BENCH_JOBS (all),
 # BENCH_RAW=0 (skip the raw rxe runs), BENCH_PROFILE=1 (a perf profile of each transport, see scripts/bench-guest.sh),
 # RXE_MTU (the MTU of the netdev under rxe; default the guest's 1500, RoCE MTU 1024, as in the
 # tests; RXE_MTU=9000 gives RoCE MTU 4096, as jumbo-frame RoCE deployments run),
