@@ -22,6 +22,8 @@
 #   kernel-log.sh  dmesg_mark, dmesg_since_mark, dmesg_check_clean, kmemleak_check, kernel_check
 #   state.sh       leftovers (what a test left behind), reset_guest (clean all of it),
 #                  bail_out MSG (a set-up that failed: Bail out!)
+#   fault.sh       fi_available, fi_on ATTR PROBABILITY [MIN_ORDER], fi_off, fi_injected ATTR
+#                  (fault injection aimed at nvme_rsrdma's allocations)
 #   io.sh          fio_verify DEV [FIO ARGS...], fio_start DEV [FIO ARGS...], fio_stop
 #   link-loss.sh   fabrics_connect, ctrl_state, target_port_disable/enable, probe_start/stop
 #   hostile.sh     hostile_start, hostile_stop, hostile_arm, hostile_wait... (rsrdma-target)
@@ -82,6 +84,8 @@ TARGET_TMPFS=/tmp/rsrdma-target
 . "$RSRDMA_LIB/kernel-log.sh"
 # shellcheck source=state.sh
 . "$RSRDMA_LIB/state.sh"
+# shellcheck source=fault.sh
+. "$RSRDMA_LIB/fault.sh"
 # shellcheck source=io.sh
 . "$RSRDMA_LIB/io.sh"
 # shellcheck source=link-loss.sh
