@@ -12,7 +12,7 @@
 //! the pool. The memory outlives the controller while a process has it mapped.
 
 use crate::pool::{map_chunks, MemReg};
-use crate::wrap::log::{log_err, Prefix};
+use crate::wrap::log::{log_err, log_info, Prefix};
 use crate::wrap::map_dev::MapDevice;
 use crate::wrap::mem::ChunkSet;
 use crate::wrap::rdma::Pd;
@@ -53,7 +53,16 @@ impl Area {
                         mem: Arc::new(mem, GFP_KERNEL)?,
                     })
                 }
-                Err(e) if e == ENOMEM && chunk > MIN_CHUNK => chunk /= 2,
+                Err(e) if e == ENOMEM && chunk > MIN_CHUNK => {
+                    log_info!(
+                        Prefix::NONE,
+                        "area: no {} chunks of {} KiB free, trying chunks of {} KiB",
+                        size.div_ceil(chunk),
+                        chunk >> 10,
+                        chunk >> 11
+                    );
+                    chunk /= 2;
+                }
                 Err(e) => {
                     log_err!(
                         Prefix::NONE,
@@ -73,13 +82,19 @@ impl Area {
         &self.mem
     }
 
+    /// The size of the area's chunks in bytes.
+    pub(crate) fn chunk_size(&self) -> u64 {
+        self.mem.chunk_size()
+    }
+
     /// The area's size in bytes.
     pub(crate) fn size(&self) -> u64 {
         self.mem.len()
     }
 
     /// Maps the area for DMA on the device of `pd` and prepares a memory region over it, to be
-    /// registered on the connection.
+    /// registered on the connection. `EINVAL` if the device cannot take it in one region (its
+    /// chunks need more of the region's entries than the device has, say).
     pub(crate) fn map(&self, pd: &Arc<Pd>) -> Result<MemReg> {
         map_chunks(&self.mem, self.mem.len(), pd, "area")
     }

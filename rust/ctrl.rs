@@ -869,12 +869,28 @@ impl Ctrl {
         Ok(())
     }
 
-    /// Maps and registers the area, if any, on the admin queue's connection.
+    /// Maps and registers the area, if any, on the admin queue's connection. A device that
+    /// cannot take the area in one memory region (`EINVAL`) is connected without it: I/O from
+    /// the area then goes through the pool, copied, as from any other memory. Other errors
+    /// (out of memory) fail the connection, to be tried again.
     fn register_area(&self, pd: &Arc<Pd>) -> Result {
         let Some(area) = &self.area else {
             return Ok(());
         };
-        let reg = area.map(pd)?;
+        let reg = match area.map(pd) {
+            Ok(reg) => reg,
+            Err(e) if e == EINVAL => {
+                log_warn!(
+                    self.core(),
+                    "area: {} MiB in chunks of {} KiB not registered with {}: I/O from it goes through the pool, copied",
+                    area.size() >> 20,
+                    area.chunk_size() >> 10,
+                    pd.device().name()
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         let mut w = self.area_reg.write();
         w.install(KBox::new(reg, GFP_KERNEL)?).map_err(|_| EBUSY)?;
         let reg = w.get().ok_or(errno::ENOTCONN())?;

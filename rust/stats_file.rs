@@ -88,12 +88,13 @@ fn show(s: &mut SeqFile<'_>, ctrl: &Ctrl) {
             ctrl.with_area_dev(|dev| {
                 let path = dev.and_then(|d| d.path().to_str().ok());
                 s.line(format_args!(
-                    "area: {} KiB, {}, registrations {}, device /dev/{} (mapped {} times)",
+                    "area: {} KiB, {}, registrations {}, device /dev/{} (mapped {} times), chunks of {} KiB",
                     area.size() >> 10,
                     Registered(rkey),
                     ctrl.area_registrations(),
                     path.unwrap_or("(none)"),
-                    dev.map_or(0, |d| d.mappings())
+                    dev.map_or(0, |d| d.mappings()),
+                    area.chunk_size() >> 10
                 ))
             });
         }

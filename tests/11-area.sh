@@ -12,7 +12,8 @@
 # the subsystem shares the area, and I/O through the multipath head goes from it on both paths
 # without a copy; against the 4 MiB test
 # target, each 4 MiB block is one command (the udev rule) and the previous association's area
-# RKEY is dead; an area above the limit is refused; a controller deleted, and the module
+# RKEY is dead; an area above the limit is refused; a device that cannot register the area
+# connects without it, its I/O copied through the pool; a controller deleted, and the module
 # unloaded, while a process has the area mapped; the mapping unmapped under writes in flight;
 # the whole area in flight at once, beside I/O through the pool.
 set -u
@@ -32,7 +33,7 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 ktap_print_header
-ktap_set_plan 23
+ktap_set_plan 24
 
 if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -334,6 +335,47 @@ area_limit() {
 	return $rc
 }
 ktap_check "area_mib=2048: connect refused with the limit in dmesg" area_limit
+
+# A device that cannot take the area in one memory region: while the controller of a second
+# subsystem is created with area_mib=256, page allocations of 512 KiB and more fail (as in a
+# fragmented memory), so its area comes in 1024 chunks of 256 KiB, more pages than a soft-RoCE
+# memory region has (512). The controller connects without the area's registration (said in
+# dmesg and debugfs), the area can still be mapped, and direct I/O from it goes through the
+# pool, copied, every byte checked.
+area_unregistered() {
+	local p=/sys/module/nvme_rsrdma/parameters/area_mib c s mark before after moved copied out
+	local rc=0
+	fi_available || { echo "no fault injection with a stack trace filter"; return 1; }
+	mark=$(kmsg_mark)
+	echo 256 >"$p" || return 1
+	fi_on fail_page_alloc 100 7 || { echo 64 >"$p"; return 1; }
+	out=$(timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" \
+		-n "$NQN_NULL2" 2>&1)
+	fi_off
+	echo 64 >"$p"
+	echo "nvme connect: $out ($(fi_injected fail_page_alloc) page allocations failed)"
+	wait_for 30 nvme_dev_for_nqn "$NQN_NULL2" || return 1
+	c=$(basename "$(ctrl_for "$NQN_NULL2")")
+	s=/sys/kernel/debug/nvme_rsrdma/$c/stats
+	dmesg_after "$mark" | grep -E 'area: (no [0-9]+ chunks|.* not registered with)' | tail -n 2
+	grep '^area:' "$s"
+	dmesg_after "$mark" | grep -qF "area: 256 MiB in chunks of 256 KiB not registered with $RDMA_LINK: I/O from it goes through the pool, copied" || rc=1
+	grep -qE '^area: 262144 KiB, not registered, no rkey, registrations 0, .*chunks of 256 KiB$' "$s" ||
+		{ echo "debugfs: not an unregistered area in chunks of 256 KiB"; rc=1; }
+	udevadm settle 2>/dev/null
+	before=$(data_bytes "$s")
+	python3 "$CHECKPOINT" "$(nvme_dev_for_nqn "$NQN_NULL2")" --blocks 4 --block-size 4M \
+		--area "/dev/rsrdma/$c" || rc=1
+	after=$(data_bytes "$s")
+	read -r moved copied < <(moved_copied "$before" "$after")
+	echo "from the area: $moved bytes, copied: $copied bytes"
+	# 16 MiB written and read back, copied both ways.
+	((moved == 0 && copied >= 2 * 16777216)) || rc=1
+	timeout 60 nvme disconnect -n "$NQN_NULL2" >/dev/null || rc=1
+	return $rc
+}
+ktap_check "a device that cannot register the area: connected without it, I/O copied, checked" \
+	area_unregistered
 
 # --- lifetimes ------------------------------------------------------------------------------------
 # A process holds 1 MiB of the area mapped (and the namespace open) while the controller is
