@@ -13,7 +13,9 @@
 # without a copy; against the 4 MiB test
 # target, each 4 MiB block is one command (the udev rule) and the previous association's area
 # RKEY is dead; an area above the limit is refused; a device that cannot register the area
-# connects without it, its I/O copied through the pool; a controller deleted, and the module
+# connects without it, its I/O copied through the pool, and a multipath head whose paths are on
+# soft-iWARP, which cannot register it, and soft-RoCE sends from it on the one and copies on the
+# other; a controller deleted, and the module
 # unloaded, while a process has the area mapped; the mapping unmapped under writes in flight;
 # the whole area in flight at once, beside I/O through the pool.
 set -u
@@ -26,6 +28,7 @@ RUN=/tmp/rsrdma-area
 cleanup() {
 	[ -n "${HOLD_PID:-}" ] && kill "$HOLD_PID" 2>/dev/null
 	hostile_stop
+	mixed_teardown
 	rm -rf "$RUN" "${UDEV_RULE:-}"
 	teardown_all
 }
@@ -33,7 +36,7 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 
 ktap_print_header
-ktap_set_plan 24
+ktap_set_plan 25
 
 if ! fabric_setup || ! target_setup || ! host_load; then
 	bail_out "set-up failed"
@@ -376,6 +379,68 @@ area_unregistered() {
 }
 ktap_check "a device that cannot register the area: connected without it, I/O copied, checked" \
 	area_unregistered
+
+# Two paths of a subsystem on two devices: soft-iWARP on a dummy netdev, with its own address
+# and a target port on it, and soft-RoCE. The subsystem's area (area_mib=384) comes in chunks of
+# 1 MiB (page allocations of 2 MiB and more fail while the first controller, the iWARP path's,
+# is created): 384 entries, more than a soft-iWARP memory region takes (256), fewer pages than
+# a soft-RoCE one has (512). Through the multipath head, round-robin, I/O from the area goes
+# without a copy on the RoCE path and through the pool on the iWARP path; every byte checked.
+MIX_NETDEV=rsrdma_mx0 MIX_LINK=rsrdma_siw MIX_ADDR=10.99.0.1 MIX_PORT=$NVMET_CFS/ports/4
+mixed_teardown() {
+	rm -f "$MIX_PORT"/subsystems/* 2>/dev/null
+	[ ! -d "$MIX_PORT" ] || rmdir "$MIX_PORT"
+	timeout 60 rdma link delete "$MIX_LINK" 2>/dev/null
+	ip link delete "$MIX_NETDEV" 2>/dev/null
+	module_unload siw
+}
+mixed_paths() {
+	local p=/sys/module/nvme_rsrdma/parameters/area_mib cw cr sub hd sw sr bw br aw ar rc=0
+	local c xw yw xr yr
+	modprobe siw && modprobe dummy numdummies=0 && ip link add "$MIX_NETDEV" type dummy &&
+		ip addr add "$MIX_ADDR/24" dev "$MIX_NETDEV" && ip link set "$MIX_NETDEV" up &&
+		timeout 60 rdma link add "$MIX_LINK" type siw netdev "$MIX_NETDEV" || return 1
+	mkdir "$MIX_PORT" && _w rdma "$MIX_PORT/addr_trtype" && _w ipv4 "$MIX_PORT/addr_adrfam" &&
+		_w "$MIX_ADDR" "$MIX_PORT/addr_traddr" && _w "$TARGET_PORT" "$MIX_PORT/addr_trsvcid" &&
+		ln -s "$NVMET_CFS/subsystems/$NQN_NULL2" "$MIX_PORT/subsystems/$NQN_NULL2" || return 1
+	echo 384 >"$p" || return 1
+	fi_on fail_page_alloc 100 9 || { echo 64 >"$p"; return 1; }
+	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$MIX_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL2" \
+		>/dev/null 2>&1
+	fi_off
+	echo 64 >"$p"
+	cw=$(ctrl_for "$NQN_NULL2") || { echo "no iWARP path"; return 1; }
+	cw=${cw##*/}
+	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" \
+		-n "$NQN_NULL2" >/dev/null || return 1
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN_NULL2" ] && [ "${c##*/}" != "$cw" ] &&
+			cr=${c##*/}
+	done
+	[ -n "${cr:-}" ] || { echo "no RoCE path"; return 1; }
+	wait_for 30 in_state "$cr" live || { echo "$cr: $(ctrl_state "$cr")"; return 1; }
+	for sub in /sys/class/nvme-subsystem/*; do [ -e "$sub/$cw" ] && break; done
+	echo round-robin >"$sub/iopolicy" || return 1
+	sw=/sys/kernel/debug/nvme_rsrdma/$cw/stats sr=/sys/kernel/debug/nvme_rsrdma/$cr/stats
+	echo "iWARP path $cw: $(grep '^area:' "$sw")"
+	echo "RoCE path $cr: $(grep '^area:' "$sr")"
+	grep -qE '^area: 393216 KiB, not registered, .*chunks of 1024 KiB$' "$sw" || rc=1
+	grep -qE '^area: 393216 KiB, registered, rkey .*chunks of 1024 KiB$' "$sr" || rc=1
+	udevadm settle 2>/dev/null
+	hd=$(nvme_dev_for_nqn "$NQN_NULL2")
+	bw=$(stats=$sw counters) br=$(stats=$sr counters)
+	python3 "$CHECKPOINT" "$hd" --blocks 16 --block-size 1M --area "/dev/rsrdma/$cw" || rc=1
+	aw=$(stats=$sw counters) ar=$(stats=$sr counters)
+	read -r xw yw < <(moved_copied "$bw" "$aw")
+	read -r xr yr < <(moved_copied "$br" "$ar")
+	echo "iWARP path $cw: $xw bytes from the area, $yw copied; RoCE path $cr: $xr from the area, $yr copied"
+	((xw == 0 && yw > 0 && xr > 0 && yr == 0)) || rc=1
+	timeout 60 nvme disconnect -n "$NQN_NULL2" >/dev/null || rc=1
+	mixed_teardown || rc=1
+	return $rc
+}
+ktap_check "multipath over soft-iWARP and soft-RoCE: the area unregistered on one, I/O copied there, zero-copy on the other" \
+	mixed_paths
 
 # --- lifetimes ------------------------------------------------------------------------------------
 # A process holds 1 MiB of the area mapped (and the namespace open) while the controller is
