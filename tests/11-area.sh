@@ -71,6 +71,23 @@ moved_copied() {
 }
 area_rkey() { sed -nE 's/^area: .*rkey (0x[0-9a-f]+).*/\1/p' "$stats"; }
 registrations() { sed -nE 's/^area: .*registrations ([0-9]+).*/\1/p' "$stats"; }
+# other_ctrl NQN CTRL: the controller of subsystem NQN that is not CTRL.
+other_ctrl() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && [ "${c##*/}" != "$2" ] &&
+			{ echo "${c##*/}"; return 0; }
+	done
+	return 1
+}
+# subsys_of CTRL: the sysfs directory of CTRL's subsystem.
+subsys_of() {
+	local sub
+	for sub in /sys/class/nvme-subsystem/*; do
+		[ -e "$sub/$1" ] && { echo "$sub"; return 0; }
+	done
+	return 1
+}
 
 area_present() {
 	grep '^area:' "$stats" | ktap_diag
@@ -218,16 +235,13 @@ ktap_check "link flap under fio from the area: re-registered, none copied, verif
 # memory, and I/O through the multipath head, sent round-robin on both paths, goes from the area
 # without a copy on each.
 multipath() {
-	local c6 sub s4 s6 b4 b6 a4 a6
+	local c6 sub s4 s6 b4 b6 a4 a6 m4 k4 m6 k6
 	target_ipv6_setup || return 1
 	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR6" -s "$TARGET_PORT" -n "$NQN_NULL" |
 		ktap_diag
-	for c in /sys/class/nvme/nvme*; do
-		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN_NULL" ] && [ "${c##*/}" != "$ctrl" ] && c6=${c##*/}
-	done
-	[ -n "${c6:-}" ] || { echo "no second controller"; return 1; }
+	c6=$(other_ctrl "$NQN_NULL" "$ctrl") || { echo "no second controller"; return 1; }
 	wait_for 30 in_state "$c6" live || return 1
-	for sub in /sys/class/nvme-subsystem/*; do [ -e "$sub/$ctrl" ] && break; done
+	sub=$(subsys_of "$ctrl") || return 1
 	echo "second path $c6; $(basename "$sub"): $(cat "$sub/iopolicy") -> round-robin"
 	# The udev rule's line for a multipath head matches it (its subsystem has rsrdma paths).
 	udevadm test --action=add "/sys/block/${dev##*/}" 2>&1 | grep -F "60-nvme-rsrdma.rules" |
@@ -241,17 +255,15 @@ multipath() {
 		sys.exit(b[:] != tok)
 	PY
 	s4=/sys/kernel/debug/nvme_rsrdma/$ctrl/stats s6=/sys/kernel/debug/nvme_rsrdma/$c6/stats
-	b4=$(stats=$s4 counters) b6=$(stats=$s6 counters)
+	b4=$(data_bytes "$s4") b6=$(data_bytes "$s6")
 	python3 "$CHECKPOINT" "$dev" --blocks 16 --block-size 1M --offset 192M --area "$area" \
 		--expect-zero-copy || return 1
-	a4=$(stats=$s4 counters) a6=$(stats=$s6 counters)
+	a4=$(data_bytes "$s4") a6=$(data_bytes "$s6")
 	echo "$ctrl (area, capsule pages, copied): $b4 -> $a4; $c6: $b6 -> $a6"
 	nvme disconnect -d "$c6" >/dev/null
-	read -r x4 _ y4 <<<"$b4"
-	read -r z4 _ w4 <<<"$a4"
-	read -r x6 _ y6 <<<"$b6"
-	read -r z6 _ w6 <<<"$a6"
-	((z4 > x4 && z6 > x6 && w4 == y4 && w6 == y6))
+	read -r m4 k4 < <(moved_copied "$b4" "$a4")
+	read -r m6 k6 < <(moved_copied "$b6" "$a6")
+	((m4 > 0 && m6 > 0 && k4 == 0 && k6 == 0))
 }
 ktap_check "multipath: the controllers share the area, both paths send from it; udev rule on the head" \
 	multipath
@@ -339,6 +351,25 @@ area_limit() {
 }
 ktap_check "area_mib=2048: connect refused with the limit in dmesg" area_limit
 
+# connect_fragmented MIB MIN_ORDER ADDR: a controller of $NQN_NULL2 at ADDR, created with an area
+# of MIB MiB while page allocations of order MIN_ORDER and more fail (as in a fragmented
+# memory): the area comes in smaller chunks. area_mib is 64 again afterwards.
+connect_fragmented() {
+	local p=/sys/module/nvme_rsrdma/parameters/area_mib rc=0
+	fi_available || { echo "no fault injection with a stack trace filter"; return 1; }
+	echo "$1" >"$p" || return 1
+	if fi_on fail_page_alloc 100 "$2"; then
+		timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$3" -s "$TARGET_PORT" -n "$NQN_NULL2" \
+			>/dev/null 2>&1 || { echo "nvme connect to $3 failed"; rc=1; }
+		fi_off
+		echo "area_mib=$1 at $3: $(fi_injected fail_page_alloc) page allocations failed"
+	else
+		rc=1
+	fi
+	echo 64 >"$p"
+	return $rc
+}
+
 # A device that cannot take the area in one memory region: while the controller of a second
 # subsystem is created with area_mib=256, page allocations of 512 KiB and more fail (as in a
 # fragmented memory), so its area comes in 1024 chunks of 256 KiB, more pages than a soft-RoCE
@@ -346,17 +377,9 @@ ktap_check "area_mib=2048: connect refused with the limit in dmesg" area_limit
 # dmesg and debugfs), the area can still be mapped, and direct I/O from it goes through the
 # pool, copied, every byte checked.
 area_unregistered() {
-	local p=/sys/module/nvme_rsrdma/parameters/area_mib c s mark before after moved copied out
-	local rc=0
-	fi_available || { echo "no fault injection with a stack trace filter"; return 1; }
+	local c s mark before after moved copied rc=0
 	mark=$(kmsg_mark)
-	echo 256 >"$p" || return 1
-	fi_on fail_page_alloc 100 7 || { echo 64 >"$p"; return 1; }
-	out=$(timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" \
-		-n "$NQN_NULL2" 2>&1)
-	fi_off
-	echo 64 >"$p"
-	echo "nvme connect: $out ($(fi_injected fail_page_alloc) page allocations failed)"
+	connect_fragmented 256 7 "$TARGET_ADDR" || return 1
 	wait_for 30 nvme_dev_for_nqn "$NQN_NULL2" || return 1
 	c=$(basename "$(ctrl_for "$NQN_NULL2")")
 	s=/sys/kernel/debug/nvme_rsrdma/$c/stats
@@ -395,31 +418,21 @@ mixed_teardown() {
 	module_unload siw
 }
 mixed_paths() {
-	local p=/sys/module/nvme_rsrdma/parameters/area_mib cw cr sub hd sw sr bw br aw ar rc=0
-	local c xw yw xr yr
+	local cw cr sub hd sw sr bw br aw ar xw yw xr yr rc=0
 	modprobe siw && modprobe dummy numdummies=0 && ip link add "$MIX_NETDEV" type dummy &&
 		ip addr add "$MIX_ADDR/24" dev "$MIX_NETDEV" && ip link set "$MIX_NETDEV" up &&
 		timeout 60 rdma link add "$MIX_LINK" type siw netdev "$MIX_NETDEV" || return 1
 	mkdir "$MIX_PORT" && _w rdma "$MIX_PORT/addr_trtype" && _w ipv4 "$MIX_PORT/addr_adrfam" &&
 		_w "$MIX_ADDR" "$MIX_PORT/addr_traddr" && _w "$TARGET_PORT" "$MIX_PORT/addr_trsvcid" &&
 		ln -s "$NVMET_CFS/subsystems/$NQN_NULL2" "$MIX_PORT/subsystems/$NQN_NULL2" || return 1
-	echo 384 >"$p" || return 1
-	fi_on fail_page_alloc 100 9 || { echo 64 >"$p"; return 1; }
-	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$MIX_ADDR" -s "$TARGET_PORT" -n "$NQN_NULL2" \
-		>/dev/null 2>&1
-	fi_off
-	echo 64 >"$p"
+	connect_fragmented 384 9 "$MIX_ADDR" || return 1
 	cw=$(ctrl_for "$NQN_NULL2") || { echo "no iWARP path"; return 1; }
 	cw=${cw##*/}
 	timeout 60 nvme connect -t "$HOST_TRANSPORT" -a "$TARGET_ADDR" -s "$TARGET_PORT" \
 		-n "$NQN_NULL2" >/dev/null || return 1
-	for c in /sys/class/nvme/nvme*; do
-		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN_NULL2" ] && [ "${c##*/}" != "$cw" ] &&
-			cr=${c##*/}
-	done
-	[ -n "${cr:-}" ] || { echo "no RoCE path"; return 1; }
+	cr=$(other_ctrl "$NQN_NULL2" "$cw") || { echo "no RoCE path"; return 1; }
 	wait_for 30 in_state "$cr" live || { echo "$cr: $(ctrl_state "$cr")"; return 1; }
-	for sub in /sys/class/nvme-subsystem/*; do [ -e "$sub/$cw" ] && break; done
+	sub=$(subsys_of "$cw") || return 1
 	echo round-robin >"$sub/iopolicy" || return 1
 	sw=/sys/kernel/debug/nvme_rsrdma/$cw/stats sr=/sys/kernel/debug/nvme_rsrdma/$cr/stats
 	echo "iWARP path $cw: $(grep '^area:' "$sw")"
@@ -428,9 +441,9 @@ mixed_paths() {
 	grep -qE '^area: 393216 KiB, registered, rkey .*chunks of 1024 KiB$' "$sr" || rc=1
 	udevadm settle 2>/dev/null
 	hd=$(nvme_dev_for_nqn "$NQN_NULL2")
-	bw=$(stats=$sw counters) br=$(stats=$sr counters)
+	bw=$(data_bytes "$sw") br=$(data_bytes "$sr")
 	python3 "$CHECKPOINT" "$hd" --blocks 16 --block-size 1M --area "/dev/rsrdma/$cw" || rc=1
-	aw=$(stats=$sw counters) ar=$(stats=$sr counters)
+	aw=$(data_bytes "$sw") ar=$(data_bytes "$sr")
 	read -r xw yw < <(moved_copied "$bw" "$aw")
 	read -r xr yr < <(moved_copied "$br" "$ar")
 	echo "iWARP path $cw: $xw bytes from the area, $yw copied; RoCE path $cr: $xr from the area, $yr copied"

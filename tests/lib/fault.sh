@@ -4,6 +4,7 @@
 # The guest tests' helpers: the kernel's fault injection (failslab, fail_page_alloc) aimed at
 # nvme_rsrdma's allocations, for the tests of what an allocation failure does.
 # Sourced by tests/lib/common.sh, not run.
+
 # fi_on ATTR PROBABILITY [MIN_ORDER]: ATTR (failslab, fail_page_alloc) fails PROBABILITY % of the
 # allocations that have nvme_rsrdma's text on their stack, sleeping or not (of order MIN_ORDER
 # or more for pages). Counts what it injects from FI_TIMES down. fi_on and fi_off mark the time

@@ -120,9 +120,9 @@ dmesg_since_mark() {
 	dmesg_after "$_dmesg_mark"
 }
 
-# Lines that fi_on and fi_off (tests/lib/fault.sh) write to the kernel log around the fault injection
-# they turn on: the kernel's allocation failure reports between them are those of failures the
-# test injected (_known_reports).
+# Lines that fi_on and fi_off (fault.sh) write to the kernel log around the fault injection they
+# turn on: the kernel's allocation failure reports between them are those of failures the test
+# injected (_known_reports).
 FI_MARK_ON="rsrdma-fault-injection: on"
 FI_MARK_OFF="rsrdma-fault-injection: off"
 
