@@ -327,8 +327,33 @@ for name in "${guest_tests[@]}"; do
 	summary_lines+=("not ok ${name%.sh}: $p passed, $f failed, $s skipped ($reason)")
 done
 
-# report: the summary as a KTAP document (each phase or test one result), the phases' times,
-# and the last line.
+# failed_cases: each failed guest test's failed cases from its log, each after the (at most 3)
+# diagnostic lines before it; the log's last lines when it has none. A CI log that keeps only
+# its end still says what failed.
+failed_cases() {
+	local line name cases
+	for line in "${summary_lines[@]}"; do
+		[[ $line == "not ok "* ]] || continue
+		name=${line#not ok } name=${name%%:*}
+		[ -s "$out/tests/$name.log" ] || continue
+		ktap_print_msg "---- $name: what failed ----"
+		cases=$(awk '{ sub(/\r$/, "") }
+			/^#/ { d[n++ % 3] = substr($0, 1, 200); next }
+			/^not ok [0-9]+/ { for (i = (n > 3 ? n - 3 : 0); i < n; i++) print "#   " d[i % 3]; print "# " $0 }
+			/^(not )?ok [0-9]+/ { n = 0 }' "$out/tests/$name.log")
+		[ -n "$cases" ] || cases=$(tail -n 5 "$out/tests/$name.log" | awk '{ print "# " substr($0, 1, 200) }')
+		echo "$cases"
+		# The checks after it (tests/lib/suite.sh): their notes, the kernel check's first lines.
+		awk -v n="# # $name: pass:" '/^# # Totals: / { k = 0; next }
+			index($0, n) == 1 { for (i = 0; i < k; i++) print "# " substr(b[i], 3, 200) }
+			{ b[k++] = $0 }' "$out/guest.log" 2>/dev/null
+		[ ! -s "$out/tests/$name.kcheck" ] ||
+			head -n 6 "$out/tests/$name.kcheck" | awk '{ print "#   " substr($0, 1, 200) }'
+	done
+}
+
+# report: the summary as a KTAP document (each phase or test one result), what failed, the
+# phases' times, and the last line.
 report() {
 	local line
 	KSFT_DIR=${kdir:+$kdir/tools/testing/selftests}
@@ -345,6 +370,7 @@ report() {
 		*) ktap_test_pass "${line#ok }" ;;
 		esac
 	done
+	failed_cases
 	ktap_print_msg "---- phases ----"
 	printf '# %s\n' "${timings[@]}"
 	printf '# %-7s %5d s\n' total $(($(date +%s) - run_start))
