@@ -52,7 +52,7 @@ fi; \
 echo "$$stamp" >"$(1)/.kdir-stamp"
 endef
 
-.PHONY: all modules deps kernel run test check bench soak rawbw p2pmem install docs clean
+.PHONY: all modules deps kernel run test test-full check bench soak rawbw p2pmem install docs clean
 all: modules
 
 deps:
@@ -75,6 +75,10 @@ run: modules
 
 test: modules
 	tests/run.sh
+
+# make test with the drop-in runs it leaves out (SUITE_FULL_ONLY in tests/lib/suite.sh).
+test-full: modules
+	RSRDMA_FULL=1 tests/run.sh
 
 bench: modules rawbw p2pmem
 	scripts/bench.sh

@@ -26,8 +26,8 @@
 # "N passed, N failed", with ", N skipped" appended when any were skipped. Exit status is 0
 # only when nothing failed.
 #
-# Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex> and RSRDMA_MODES
-# (guest tests to run, see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_TIMEOUT_SCALE (3 on
+# Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex>, RSRDMA_FULL and
+# RSRDMA_MODES (guest tests to run, see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_TIMEOUT_SCALE (3 on
 # the debug kernel), RSRDMA_WERROR; the tests' own knobs in guest_knobs below go into the guest
 # when set. Logs: out/test-<time>/ (guest.log: the guest's output, the runner's KTAP in it;
 # tests/NAME.log, .dmesg, .kcheck: each test's).
@@ -263,7 +263,7 @@ guest_boots() {
 	return $rc
 }
 if ((${#guest_tests[@]} == 0)); then
-	log "no guest test matches RSRDMA_TESTS='${RSRDMA_TESTS:-}' RSRDMA_MODES='${RSRDMA_MODES:-}'"
+	log "no guest test matches RSRDMA_TESTS='${RSRDMA_TESTS:-}' RSRDMA_FULL='${RSRDMA_FULL:-}' RSRDMA_MODES='${RSRDMA_MODES:-}'"
 elif ((build_ok)); then
 	guest_rc=0
 	knobs=()
