@@ -1438,6 +1438,11 @@ impl Ctrl {
                     return;
                 }
                 State::Deleting | State::DeletingNoIo => {
+                    if self.device() == Some(dev.id()) {
+                        for q in self.queues.iter() {
+                            q.lost_to_removal(self);
+                        }
+                    }
                     n.delete_work().flush();
                     // `nvme disconnect` deletes in its own context, not in the delete work.
                     while self.device() == Some(dev.id()) && !self.released.wait_ms(RELEASE_WAIT_MS)

@@ -742,12 +742,11 @@ impl Queue {
     /// meanwhile is ignored.
     fn lost_while_connecting(&self, ctrl: &Ctrl, why: &CStr, cause: u32) {
         // Reported while connecting; a deletion begun since then waits for the set-up too.
-        if !matches!(
-            ctrl.core().state(),
-            State::Connecting | State::Deleting | State::DeletingNoIo
-        ) {
-            return;
-        }
+        let during = match ctrl.core().state() {
+            State::Connecting => "connecting",
+            State::Deleting | State::DeletingNoIo => "deleting",
+            _ => return,
+        };
         let guard = self.conn.write();
         let need = ESTABLISHED | cause;
         // Not when stopped, nor twice per connection (ended and failed).
@@ -776,11 +775,24 @@ impl Queue {
         };
         log_info!(
             ctrl.core(),
-            "queue {}: {} while connecting: aborting {} command(s) in flight",
+            "queue {}: {} while {}: aborting {} command(s) in flight",
             self.qid,
             why,
+            during,
             n
         );
+    }
+
+    /// Handles the removal of this queue's RDMA device while the controller is being deleted
+    /// (see `RdmaCtrl::device_removed`, which waits for the deletion). The deletion's last
+    /// commands, the shutdown's Property Set among them, wait for responses that will not come
+    /// once the removal has begun (a target on the same device drops its queues in its own
+    /// removal), and would hold the removal for their timeouts, 60 s for an admin command. So
+    /// the queue stops carrying commands and those in flight are aborted, as for a connection
+    /// lost while connecting.
+    pub(crate) fn lost_to_removal(&self, ctrl: &Ctrl) {
+        self.flags.fetch_or(FAILED, Ordering::AcqRel);
+        self.lost_while_connecting(ctrl, c_str!("RDMA device removed"), FAILED);
     }
 
     /// Reports the end of this queue's connection while the controller is connecting: `ENDED`
