@@ -1438,13 +1438,9 @@ impl Ctrl {
                     return;
                 }
                 State::Deleting | State::DeletingNoIo => {
-                    if self.device() == Some(dev.id()) {
-                        for q in self.queues.iter() {
-                            q.lost_to_removal(self);
-                        }
-                    }
                     n.delete_work().flush();
                     // `nvme disconnect` deletes in its own context, not in the delete work.
+                    let mut aborted = false;
                     while self.device() == Some(dev.id()) && !self.released.wait_ms(RELEASE_WAIT_MS)
                     {
                         log_warn!(
@@ -1452,6 +1448,14 @@ impl Ctrl {
                             "RDMA device {} removal: waiting for the controller's deletion to release it",
                             dev.name()
                         );
+                        // Still not done: it may be waiting for responses that will not come
+                        // (see `Queue::lost_to_removal`).
+                        if !aborted {
+                            for q in self.queues.iter() {
+                                q.lost_to_removal(self);
+                            }
+                            aborted = true;
+                        }
                     }
                     return;
                 }

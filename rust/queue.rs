@@ -73,7 +73,8 @@ const STARTED: u32 = 1 << 3;
 /// `Queue::lost_while_connecting`).
 const LOST: u32 = 1 << 4;
 /// A work request failed, or the QP reported a fatal error, while the controller was connecting
-/// (see `Queue::report_while_connecting`).
+/// (see `Queue::report_while_connecting`); or the queue's RDMA device is being removed while the
+/// controller is deleted (see `Queue::lost_to_removal`).
 const FAILED: u32 = 1 << 5;
 /// The CM reported the connection ended while the controller was connecting (see
 /// `Queue::report_while_connecting`).
@@ -737,9 +738,10 @@ impl Queue {
     /// timeout handler, run now for each command in flight (`blk_abort_request`), stops the
     /// queue and completes them.
     ///
-    /// Runs in the controller's abort work. `cause` is the flag that reported the loss: the loss
-    /// is handled only while it is set, so a report about a connection that was replaced
-    /// meanwhile is ignored.
+    /// Runs in the controller's abort work, or in a device removal (see
+    /// [`Queue::lost_to_removal`]). `cause` is the flag that reported the loss: the loss is
+    /// handled only while it is set, so a report about a connection that was replaced meanwhile
+    /// is ignored.
     fn lost_while_connecting(&self, ctrl: &Ctrl, why: &CStr, cause: u32) {
         // Reported while connecting; a deletion begun since then waits for the set-up too.
         let during = match ctrl.core().state() {
@@ -783,13 +785,13 @@ impl Queue {
         );
     }
 
-    /// Handles the removal of this queue's RDMA device while the controller is being deleted
-    /// (see `RdmaCtrl::device_removed`, which waits for the deletion). The deletion's last
-    /// commands, the shutdown's Property Set among them, wait for responses that will not come
-    /// once the removal has begun (a target on the same device drops its queues in its own
-    /// removal), and would hold the removal for their timeouts, 60 s for an admin command. So
-    /// the queue stops carrying commands and those in flight are aborted, as for a connection
-    /// lost while connecting.
+    /// Handles the removal of this queue's RDMA device while the controller is being deleted,
+    /// once the removal has waited for the deletion for a while (see
+    /// `Ctrl::device_removed`). The deletion's last commands, the shutdown's Property Set
+    /// among them, may wait for responses that will not come (a target on the same device whose
+    /// removal ran first has dropped its queues), and would hold the removal for their
+    /// timeouts, 60 s for an admin command. So the queue stops carrying commands and those in
+    /// flight are aborted, as for a connection lost while connecting.
     pub(crate) fn lost_to_removal(&self, ctrl: &Ctrl) {
         self.flags.fetch_or(FAILED, Ordering::AcqRel);
         self.lost_while_connecting(ctrl, c_str!("RDMA device removed"), FAILED);
