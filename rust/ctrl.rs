@@ -674,10 +674,13 @@ impl Ctrl {
         // A provider's driver that began unbinding after this set-up checked (in
         // `register_peer_mem`) found the controller still connecting, which cannot be reset:
         // now that it is live, reset it, or the unbind waits for its registration for good.
-        let leaving = {
-            let rcu = RcuReadGuard::new();
-            self.peer_regs(&rcu).is_some_and(|r| r.any_leaving())
-        };
+        // Under the writer's lock, not an RCU read-side section: the list of providers going
+        // away has a mutex.
+        let leaving = self
+            .peer_regs
+            .write()
+            .get()
+            .is_some_and(|r| r.any_leaving());
         if leaving {
             self.error_recovery(format_args!("device memory: a provider is going away"));
         }
