@@ -27,8 +27,8 @@
 # only when nothing failed.
 #
 # Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex>, RSRDMA_FULL and
-# RSRDMA_MODES (guest tests to run, see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT, RSRDMA_TIMEOUT_SCALE (3 on
-# the debug kernel), RSRDMA_WERROR; the tests' own knobs in guest_knobs below go into the guest
+# RSRDMA_MODES (guest tests to run, see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT,
+# RSRDMA_TIMEOUT_SCALE (3 on the debug kernel), RSRDMA_WERROR; the tests' own knobs in guest_knobs below go into the guest
 # when set. Logs: out/test-<time>/ (guest.log: the guest's output, the runner's KTAP in it;
 # tests/NAME.log, .dmesg, .kcheck: each test's).
 set -uo pipefail
@@ -328,10 +328,11 @@ for name in "${guest_tests[@]}"; do
 done
 
 # failed_cases: each failed guest test's failed cases from its log, each after the (at most 3)
-# diagnostic lines before it; the log's last lines when it has none. A CI log that keeps only
-# its end still says what failed.
+# diagnostic lines before it; the notes of the checks after it (tests/lib/suite.sh) and the
+# report lines of its kernel check; the log's last lines when it has none of these. A CI log
+# that keeps only its end still says what failed.
 failed_cases() {
-	local line name cases
+	local line name cases notes
 	for line in "${summary_lines[@]}"; do
 		[[ $line == "not ok "* ]] || continue
 		name=${line#not ok } name=${name%%:*}
@@ -341,14 +342,13 @@ failed_cases() {
 			/^#/ { d[n++ % 3] = substr($0, 1, 200); next }
 			/^not ok [0-9]+/ { for (i = (n > 3 ? n - 3 : 0); i < n; i++) print "#   " d[i % 3]; print "# " $0 }
 			/^(not )?ok [0-9]+/ { n = 0 }' "$out/tests/$name.log")
-		[ -n "$cases" ] || cases=$(tail -n 5 "$out/tests/$name.log" | awk '{ print "# " substr($0, 1, 200) }')
-		echo "$cases"
-		# The checks after it (tests/lib/suite.sh): their notes, the kernel check's first lines.
-		awk -v n="# # $name: pass:" '/^# # Totals: / { k = 0; next }
-			index($0, n) == 1 { for (i = 0; i < k; i++) print "# " substr(b[i], 3, 200) }
-			{ b[k++] = $0 }' "$out/guest.log" 2>/dev/null
+		notes=$(grep -E "^# # (${name}[: ]|[0-9]+ of [0-9]+ planned|still left)" "$out/guest.log" 2>/dev/null |
+			grep -v "^# # $name: pass:" | cut -c1-200)
+		[ -n "$cases$notes" ] || cases=$(tail -n 5 "$out/tests/$name.log" | awk '{ print "# " substr($0, 1, 200) }')
+		printf '%s\n' "$cases" "$notes" | grep -v '^$'
 		[ ! -s "$out/tests/$name.kcheck" ] ||
-			head -n 6 "$out/tests/$name.kcheck" | awk '{ print "#   " substr($0, 1, 200) }'
+			grep -m 6 -E 'WARNING|BUG|Oops|KASAN|UBSAN|INFO:|unreferenced|lockdep' "$out/tests/$name.kcheck" |
+			awk '{ print "#   " substr($0, 1, 200) }'
 	done
 }
 
