@@ -28,9 +28,9 @@
 #
 # Environment: KERNEL=default|debug, KDIR=<your tree>, RSRDMA_TESTS=<regex>, RSRDMA_FULL and
 # RSRDMA_MODES (guest tests to run, see tests/lib/suite.sh), RSRDMA_TEST_TIMEOUT,
-# RSRDMA_TIMEOUT_SCALE (3 on the debug kernel), RSRDMA_WERROR; the tests' own knobs in guest_knobs below go into the guest
-# when set. Logs: out/test-<time>/ (guest.log: the guest's output, the runner's KTAP in it;
-# tests/NAME.log, .dmesg, .kcheck: each test's).
+# RSRDMA_TIMEOUT_SCALE (3 on the debug kernel), RSRDMA_WERROR; the tests' own knobs in
+# guest_knobs below go into the guest when set. Logs: out/test-<time>/ (guest.log: the guest's
+# output, the runner's KTAP in it; tests/NAME.log, .dmesg, .kcheck: each test's).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,6 +38,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../scripts/lib.sh"
 # shellcheck source=lib/suite.sh
 . "$here/lib/suite.sh"
+# DMESG_BAD: what the failure summary shows of a kernel check.
+# shellcheck source=lib/kernel-log.sh
+. "$here/lib/kernel-log.sh"
 
 run_start=$(date +%s)
 out=$repo/out/test-$(date +%Y%m%d-%H%M%S)
@@ -342,13 +345,13 @@ failed_cases() {
 			/^#/ { d[n++ % 3] = substr($0, 1, 200); next }
 			/^not ok [0-9]+/ { for (i = (n > 3 ? n - 3 : 0); i < n; i++) print "#   " d[i % 3]; print "# " $0 }
 			/^(not )?ok [0-9]+/ { n = 0 }' "$out/tests/$name.log")
-		notes=$(grep -E "^# # (${name}[: ]|[0-9]+ of [0-9]+ planned|still left)" "$out/guest.log" 2>/dev/null |
+		notes=$(grep -E "^# # ${name}[: ]" "$out/guest.log" 2>/dev/null |
 			grep -v "^# # $name: pass:" | cut -c1-200)
 		[ -n "$cases$notes" ] || cases=$(tail -n 5 "$out/tests/$name.log" | awk '{ print "# " substr($0, 1, 200) }')
 		printf '%s\n' "$cases" "$notes" | grep -v '^$'
 		[ ! -s "$out/tests/$name.kcheck" ] ||
-			grep -m 6 -E 'WARNING|BUG|Oops|KASAN|UBSAN|INFO:|unreferenced|lockdep' "$out/tests/$name.kcheck" |
-			awk '{ print "#   " substr($0, 1, 200) }'
+			grep -E "$DMESG_BAD|unreferenced object|lockdep" "$out/tests/$name.kcheck" |
+			grep -vE 'Call Trace|\+0x' | head -n 6 | awk '{ print "#   " substr($0, 1, 200) }'
 	done
 }
 

@@ -157,7 +157,7 @@ suite_supervise() {
 		notes+=("$name exited with status $rc")
 	fi
 	if ((plan > reported)); then
-		notes+=("$((plan - reported)) of $plan planned cases did not report")
+		notes+=("$name: $((plan - reported)) of $plan planned cases did not report")
 		f=$((f + plan - reported))
 	fi
 	if ((rc != 0 && rc != 4 && f == 0)); then
@@ -174,7 +174,7 @@ suite_supervise() {
 		# Reset the guest for the next test; what this cannot clean is reported.
 		reset_guest >/dev/null 2>&1
 		left=$(leftovers)
-		[ -z "$left" ] || notes+=("still left after the reset: $(paste -s -d ' ' <<<"$left")")
+		[ -z "$left" ] || notes+=("$name: still left after the reset: $(paste -s -d ' ' <<<"$left")")
 	fi
 	# Kernel problem reports since the test started, its clean-up included: one more failed case.
 	kcheck=$(kernel_check 2>&1)
