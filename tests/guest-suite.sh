@@ -23,7 +23,7 @@ export KSFT_DIR=$ksft
 ktap_print_msg "nvme-rsrdma guest suite: $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) " MiB" }' /proc/meminfo)"
 [ -z "${RSRDMA_TESTS:-}" ] || ktap_print_msg "RSRDMA_TESTS=$RSRDMA_TESTS"
 # The debug kernel's checks; what boot leaked is not the tests' (kmemleak baseline).
-checks=$(zgrep -oE '^CONFIG_(KASAN|PROVE_LOCKING|DEBUG_ATOMIC_SLEEP|DEBUG_KMEMLEAK|DEBUG_OBJECTS|RUST_DEBUG_ASSERTIONS|RUST_OVERFLOW_CHECKS)=y' \
+checks=$(zgrep -oE '^CONFIG_(KASAN|UBSAN|KFENCE|PROVE_LOCKING|DEBUG_ATOMIC_SLEEP|DEBUG_KMEMLEAK|DEBUG_OBJECTS|DEBUG_LIST|RUST_DEBUG_ASSERTIONS|RUST_OVERFLOW_CHECKS)=y' \
 	/proc/config.gz 2>/dev/null | sed 's/^CONFIG_//; s/=y$//' | paste -s -d ' ')
 [ -z "$checks" ] || ktap_print_msg "kernel checks: $checks"
 if kmemleak_available; then
