@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # rsrdma-timeout: 900
-# rsrdma-debug-timeout: 14400
+# rsrdma-debug-timeout: 7200
 #
 # The transport against a peer that lies: tests/target (rsrdma-target), a userspace NVMe/RDMA
 # target on the same rxe device, first polite (4 MiB commands in one piece: its MDTS is 8 MiB,
