@@ -43,13 +43,13 @@ connect3() {
 }
 
 # ns_dev NQN: the block device of NQN's namespace, once the core has scanned it.
-ns_dev() { wait_for 30 nvme_dev_for_nqn "$1" && nvme_dev_for_nqn "$1"; }
+ns_dev() { wait_for "$(scaled 30)" nvme_dev_for_nqn "$1" && nvme_dev_for_nqn "$1"; }
 
-# load DEV: plain random writes on DEV in the background for up to 120 s (pid in BG_PIDS); I/O
-# errors end it with a non-zero status.
+# load DEV: plain random writes on DEV in the background for up to 120 s, scaled (pid in
+# BG_PIDS); I/O errors end it with a non-zero status.
 load() {
 	(cd /tmp && exec fio --name=load --filename="$1" --direct=1 --ioengine=libaio --rw=randwrite \
-		--bs=64k --iodepth=8 --size=16m --time_based --runtime=120 >/dev/null 2>&1) &
+		--bs=64k --iodepth=8 --size=16m --time_based --runtime="$(scaled 120)" >/dev/null 2>&1) &
 	BG_PIDS+=($!)
 }
 
@@ -138,11 +138,12 @@ _rmmod_during() {
 		ctrls+=("$c")
 		d=$(ns_dev "$n") || { echo "$n: no namespace"; return 1; }
 		load "$d"
-		wait_for 30 moving "$d" || { echo "$d: no I/O"; return 1; }
+		wait_for "$(scaled 30)" moving "$d" || { echo "$d: no I/O in $(scaled 30) s"; return 1; }
 	done
 	eval "$setup" || { echo "'$setup' failed"; return 1; }
 	for c in "${ctrls[@]}"; do
-		wait_for 30 in_state "$c" "$want" || { echo "$c: $(ctrl_state "$c"), not $want"; return 1; }
+		wait_for "$(scaled 30)" in_state "$c" "$want" ||
+			{ echo "$c: $(ctrl_state "$c"), not $want"; return 1; }
 	done
 	eval "$before" || { echo "'$before' failed"; return 1; }
 	echo "before rmmod: $(for c in "${ctrls[@]}"; do printf '%s %s ' "$c" "$(ctrl_state "$c")"; done)"
