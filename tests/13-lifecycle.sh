@@ -173,9 +173,11 @@ ktap_check "rmmod while three controllers with I/O queued reconnect: refused or 
 # --- resets, flaps and a deletion at once -----------------------------------------------------
 # Three controllers: verified writes on the first (fio_start), a verified job on the second,
 # the third deleted halfway. Two threads reset the first two (nvme reset and the sysfs file),
-# one takes the target's port away for a second every 4 s, for 20 s. Not the netdev: a reset's
-# CM messages (the MAD layer's retries) can meet the port going down, and soft-RoCE's GSI QP,
-# shared here with the target, then fails for good (admin guide, "soft-RoCE and link loss").
+# one takes the target's port away for a second every 4 s, for 20 s (all but the outage's second
+# scaled on the debug kernel, where a reset takes seconds: with an outage every 4 s there, every
+# reset ran into one and ended not live, refused). Not the netdev: a reset's CM messages (the MAD
+# layer's retries) can meet the port going down, and soft-RoCE's GSI QP, shared here with the
+# target, then fails for good (admin guide, "soft-RoCE and link loss").
 storm() {
 	local c1 c2 c3 d1 d2 end resets=0 refused=0 flaps=0 r1 r2 fl v2 rc=0 out=/tmp/rsrdma-storm
 	host_disconnect_all >/dev/null
@@ -192,7 +194,7 @@ storm() {
 	# (a REQ_NOWAIT bio finds it so and io_uring does not always issue it again).
 	(fio_verify "$d2" --size=8m --loops=6 --ioengine=libaio >"$out.v2" 2>&1) &
 	v2=$!
-	end=$((SECONDS + 20))
+	end=$((SECONDS + $(scaled 20)))
 	(while ((SECONDS < end)); do
 		if timeout 60 nvme reset "/dev/$c1" 2>/dev/null; then echo ok; else echo refused; fi
 		sleep 0.3
@@ -205,10 +207,10 @@ storm() {
 	r2=$!
 	(while ((SECONDS < end)); do
 		target_port_disable && sleep 1 && target_port_enable && echo flap
-		sleep 3
+		sleep "$(scaled 3)"
 	done) >"$out.fl" 2>&1 &
 	fl=$!
-	sleep 8
+	sleep "$(scaled 8)"
 	timeout 60 nvme disconnect -d "$c3" >/dev/null || { echo "deleting $c3 failed"; rc=1; }
 	wait "$r1" "$r2" "$fl"
 	target_port_enable >/dev/null 2>&1
